@@ -1,0 +1,243 @@
+"""The `sepa-eval` command line.
+
+Usage:
+    sepa-eval up                 # embedded broker + pipeline (evidence sink) in the background
+    sepa-eval run                # the whole loop once, on the embedded default
+    sepa-eval status [--json]    # processes, topics and evidence counts
+    sepa-eval synth --episodes 100 --steps 200 --seed 7
+    sepa-eval replay --verify    # rebuild the store from the topics; exit 1 if the state differs
+    sepa-eval replay --republish # store -> topics (the embedded broker forgets on restart)
+    sepa-eval report --output eval_memory/report.md
+    sepa-eval down
+
+Global options come before the command: `sepa-eval --memory-dir /tmp/m status`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from consumers import replay as replay_mod
+from consumers.benchmark_state import derived_state, scores, state_digest, table_counts
+from consumers.evidence.exceptions import EvidenceError
+from consumers.evidence.sink import EvidenceSink
+from consumers.report import render_markdown
+from infra import processes
+from infra.exceptions import InfraError
+from infra.kafka_clients import ensure_topics, make_producer, topic_message_counts
+from infra.settings import Settings, load_settings
+from producers.exceptions import ProducerError
+from producers.publisher import Publisher
+from producers.synthetic import episodes as synthetic_episodes
+from schemas.catalog import TOPICS
+
+app = typer.Typer(help="SEPA-Eval: a robot-policy benchmark that gets harder by itself.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+console = Console()
+err = Console(stderr=True)
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    return ctx.obj
+
+
+@app.callback()
+def main(ctx: typer.Context,
+         memory_dir: Path | None = typer.Option(None, "--memory-dir", help="default ./eval_memory or SEPA_MEMORY_DIR"),
+         config: Path | None = typer.Option(None, "--config", help="TOML settings file (or SEPA_CONFIG)")):
+    try:
+        ctx.obj = load_settings(config_file=config, memory_dir=memory_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        err.print(f"[red]bad configuration:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[red]error:[/red] {exc}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def up(ctx: typer.Context):
+    """Start the embedded broker (unless SEPA_BOOTSTRAP_SERVERS is set) and the pipeline."""
+    settings = _settings(ctx)
+    try:
+        state = processes.up(settings)
+    except (InfraError, EvidenceError) as exc:
+        _fail(exc)
+    console.print(f"broker [bold]{settings.bootstrap_servers or state.bootstrap}[/bold]; pipeline pid "
+                  f"{state.pipeline_pid}; store {state.store_url or settings.clickhouse_url}")
+
+
+@app.command()
+def down(ctx: typer.Context):
+    """Stop the pipeline, then the embedded broker."""
+    stopped = processes.down(_settings(ctx))
+    console.print("stopped " + ", ".join(stopped) if stopped else "nothing was running")
+
+
+@app.command()
+def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="machine-readable")):
+    """Processes, topics and evidence counts per table."""
+    settings = _settings(ctx)
+    state = processes.RunState.read(settings)
+    report: dict = {"memory_dir": str(settings.memory_dir), "broker": processes.broker_status(settings, state),
+                    "pipeline": {"pid": state.pipeline_pid if state.pipeline_alive else None,
+                                 "store": state.store_url or settings.clickhouse_url or f"chdb://{settings.chdb_path}"}}
+    try:
+        report["evidence"] = table_counts(processes.open_store(settings))
+    except EvidenceError as exc:
+        report["evidence"] = {"error": str(exc)}
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    console.print(f"memory dir {report['memory_dir']}")
+    broker = report["broker"]
+    console.print(f"broker   {broker['mode']} {broker['bootstrap'] or '-'} "
+                  f"{'[green]up[/green]' if broker['answering'] else '[red]down[/red]'}")
+    pid = report["pipeline"]["pid"]
+    console.print(f"pipeline {f'[green]pid {pid}[/green]' if pid else '[red]not running[/red]'}"
+                  f"  store {report['pipeline']['store']}")
+    table = Table("evidence table", "events")
+    for name, count in (report["evidence"].items() if "error" not in report["evidence"] else []):
+        table.add_row(name, str(count))
+    if "error" in report["evidence"]:
+        err.print(f"[red]{report['evidence']['error']}[/red]")
+    console.print(table)
+
+
+@app.command()
+def topics(ctx: typer.Context):
+    """Create the catalog's topics (idempotent) and list them with message counts."""
+    settings = _settings(ctx)
+    try:
+        bootstrap = processes.resolve_bootstrap(settings)
+        created = ensure_topics(bootstrap, settings.topic_prefix)
+        counts = topic_message_counts(bootstrap, [t.full_name(settings.topic_prefix) for t in TOPICS])
+    except InfraError as exc:
+        _fail(exc)
+    table = Table("topic", "partitions", "retention", "messages", "created now")
+    for t in TOPICS:
+        name = t.full_name(settings.topic_prefix)
+        retention = "forever" if t.retention_ms < 0 else f"{t.retention_ms // 86_400_000} d"
+        table.add_row(name, str(t.partitions), retention, str(counts.get(name, 0)), "yes" if name in created else "")
+    console.print(table)
+
+
+@app.command()
+def synth(ctx: typer.Context, episodes: int = typer.Option(20, min=1), steps: int = typer.Option(100, min=1),
+          seed: int = typer.Option(0), run_id: str | None = typer.Option(None)):
+    """Publish schema-valid synthetic episodes and steps (deterministic by --seed)."""
+    settings = _settings(ctx)
+    try:
+        publisher = Publisher(make_producer(processes.resolve_bootstrap(settings)), settings.topic_prefix)
+        total = episodes * (steps + 2)
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("publishing", total=total)
+            for i, event in enumerate(synthetic_episodes(episodes, steps, seed, run_id or f"synth-{seed}")):
+                publisher.publish(event)
+                if i % 1000 == 0:
+                    progress.update(task, completed=i)
+        publisher.flush()
+    except (InfraError, ProducerError) as exc:
+        _fail(exc)
+    console.print(f"published {publisher.published} events ({episodes} episodes x {steps} steps)")
+
+
+@app.command()
+def sink(ctx: typer.Context, until_idle: float | None = typer.Option(
+        None, help="exit after this many seconds without messages")):
+    """Run the evidence sink in the foreground (`up` runs it in the background)."""
+    settings = _settings(ctx)
+    try:
+        store = processes.open_store(settings)
+        worker = EvidenceSink(store, processes.resolve_bootstrap(settings), settings.topic_prefix,
+                              settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms)
+        totals = worker.run(threading.Event(), idle_exit_s=until_idle)
+    except (InfraError, EvidenceError) as exc:
+        _fail(exc)
+    console.print(f"stored {totals.stored}, dead-lettered {totals.dead_lettered}, consumed {totals.consumed}")
+
+
+@app.command()
+def replay(ctx: typer.Context,
+           verify: bool = typer.Option(False, "--verify", help="exit 1 when the rebuilt state differs"),
+           republish: bool = typer.Option(False, "--republish", help="first publish the store's log into the topics"),
+           into: str | None = typer.Option(None, help="database to rebuild into (default <db>_rebuild)")):
+    """Rebuild the evidence store from the topics into an empty database and compare digests."""
+    settings = _settings(ctx)
+    try:
+        store = processes.open_store(settings)
+        bootstrap = processes.resolve_bootstrap(settings)
+        if republish:
+            ensure_topics(bootstrap, settings.topic_prefix)
+            counts = replay_mod.republish(store, Publisher(make_producer(bootstrap), settings.topic_prefix))
+            console.print(f"republished {sum(counts.values())} events: {counts}")
+        target = into or f"{settings.clickhouse_database}_rebuild"
+        with console.status(f"rebuilding {target} from the topics"):
+            rebuilt = replay_mod.rebuild(store, bootstrap, settings.topic_prefix, settings.session_timeout_ms, target)
+        before, after, differences = replay_mod.compare(store, rebuilt)
+    except (InfraError, EvidenceError, ProducerError, ValueError) as exc:
+        _fail(exc)
+    console.print(f"digest before (live {settings.clickhouse_database}): {before}")
+    console.print(f"digest after  (rebuilt {target}):  {after}")
+    if differences:
+        err.print(f"[red]derived state differs:[/red] {json.dumps(differences, default=str)[:2000]}")
+        if verify:
+            raise typer.Exit(1)
+    else:
+        console.print("[green]identical[/green]")
+
+
+@app.command()
+def report(ctx: typer.Context, output: Path | None = typer.Option(None, help="write markdown here")):
+    """Benchmark state from the evidence log: scores with 95% intervals, counts, the state digest."""
+    settings = _settings(ctx)
+    try:
+        store = processes.open_store(settings)
+        text = render_markdown(derived_state(store), scores(store))
+    except (InfraError, EvidenceError) as exc:
+        _fail(exc)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+        console.print(f"wrote {output}")
+    else:
+        print(text)
+
+
+@app.command()
+def run(ctx: typer.Context, episodes: int = typer.Option(20, min=1), steps: int = typer.Option(100, min=1),
+        seed: int = typer.Option(0), timeout: float = typer.Option(120.0, help="seconds to wait for landing")):
+    """One pass of the loop on whatever runs: start it, feed it, wait until it landed, report."""
+    settings = _settings(ctx)
+    up(ctx)
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    synth(ctx, episodes=episodes, steps=steps, seed=seed, run_id=run_id)
+    store = processes.open_store(settings)
+    expected = episodes * (steps + 2)
+    deadline = time.monotonic() + timeout
+    with console.status("waiting for the evidence sink"):
+        while time.monotonic() < deadline:
+            landed = int(store.query("SELECT count() FROM {database}.rollout_steps FINAL WHERE "
+                                     "envelope.run_id = {r:String}", {"r": run_id})[0][0])
+            landed += int(store.query("SELECT count() FROM {database}.rollout_episodes FINAL WHERE "
+                                      "envelope.run_id = {r:String}", {"r": run_id})[0][0])
+            if landed >= expected:
+                break
+            time.sleep(0.5)
+    if landed < expected:
+        _fail(InfraError(f"only {landed} of {expected} events landed within {timeout}s; "
+                         f"see {settings.run_dir / 'pipeline.log'}"))
+    out = settings.memory_dir / "report.md"
+    report(ctx, output=out)
+    console.print(f"state digest {state_digest(derived_state(store))}")

@@ -1,0 +1,88 @@
+"""One frozen settings object, built at the edge (the CLI) and passed down.
+
+Sources, highest first: explicit overrides (CLI flags), environment variables (``SEPA_*``), a TOML
+file (``--config`` / ``SEPA_CONFIG``), defaults. Nothing else in the code reads the environment.
+
+Mode selection: no ``bootstrap_servers`` -> the project starts its embedded Tansu broker; no
+``clickhouse_url`` -> chDB in ``<memory_dir>/evidence``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Settings(BaseModel):
+    """Validated on construction; a bad value is quoted in the error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_dir: Path = Field(Path("eval_memory"), description="pids, ports, chDB store, keyframes")
+    topic_prefix: str = "sepa."
+    bootstrap_servers: str | None = Field(None, description="Kafka bootstrap; unset = embedded Tansu")
+    clickhouse_url: str | None = Field(None, description="http(s)://user:pw@host:port; unset = chDB")
+    clickhouse_database: str = "sepa"
+    schema_registry_url: str | None = None
+    # Tansu joins a group in max(1 s, session.timeout/2): librdkafka's 45 s default means 23 s joins.
+    session_timeout_ms: int = Field(6000, ge=1000)
+    sink_batch_max: int = Field(20000, ge=1, description="messages per ClickHouse insert")
+    sink_linger_ms: int = Field(200, ge=0, description="wait this long to fill a batch")
+    store_endpoint_port: int = Field(0, ge=0, le=65535, description="owner endpoint port; 0 = free port")
+    openai_base_url: str | None = None
+    openai_model: str | None = None
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix_is_topic_safe(cls, value: str) -> str:
+        allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        if not set(value) <= allowed:
+            raise ValueError(f"topic_prefix {value!r} has characters Kafka topic names forbid")
+        return value
+
+    @field_validator("clickhouse_url")
+    @classmethod
+    def _url_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://", "chdb://")):
+            raise ValueError(f"clickhouse_url {value!r} must start with http://, https:// or chdb://")
+        return value
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.bootstrap_servers is None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.memory_dir / "run"
+
+    @property
+    def chdb_path(self) -> Path:
+        return self.memory_dir / "evidence"
+
+    @property
+    def embedded_store(self) -> bool:
+        return self.clickhouse_url is None or self.clickhouse_url.startswith("chdb://")
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+
+def load_settings(config_file: Path | None = None, environ: dict[str, str] | None = None,
+                  **overrides) -> Settings:
+    """The only place that reads the environment and the config file."""
+    environ = dict(os.environ if environ is None else environ)
+    config_file = config_file or (Path(environ["SEPA_CONFIG"]) if environ.get("SEPA_CONFIG") else None)
+    values: dict = {}
+    if config_file is not None:
+        if not config_file.exists():
+            raise FileNotFoundError(f"config file {config_file} does not exist")
+        values.update(tomllib.loads(config_file.read_text()))
+    for name in Settings.model_fields:
+        key = f"SEPA_{name.upper()}"
+        if key in environ:
+            values[name] = environ[key]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings.model_validate(values)

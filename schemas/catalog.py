@@ -1,0 +1,53 @@
+"""The topic catalog: every topic, its key, the event types it carries, partitions, retention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DAY_MS = 24 * 3600 * 1000
+FOREVER = -1
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str  # without the configurable prefix
+    key_field: str  # field of the event whose value is the message key
+    event_types: tuple[str, ...]
+    partitions: int
+    retention_ms: int
+    table: str  # evidence table in ClickHouse
+
+    def full_name(self, prefix: str) -> str:
+        return f"{prefix}{self.name}"
+
+
+TOPICS: tuple[Topic, ...] = (
+    Topic("rollout.requests", "scenario_id", ("RolloutRequested",), 3, 30 * DAY_MS, "rollout_requests"),
+    Topic("rollout.episodes", "episode_id", ("EpisodeStarted", "EpisodeEnded"), 4, FOREVER, "rollout_episodes"),
+    Topic("rollout.steps", "episode_id", ("Step",), 4, 14 * DAY_MS, "rollout_steps"),
+    Topic("failures.moments", "episode_id", ("FailureMoment",), 3, FOREVER, "failure_moments"),
+    Topic("failures.clusters", "cluster_id", ("ClusterAssigned", "ClusterUpdated"), 1, FOREVER, "failure_clusters"),
+    Topic("scenarios.candidates", "scenario_id", ("CandidateProposed",), 3, FOREVER, "scenario_candidates"),
+    Topic("critics.verdicts", "scenario_id", ("CriticVerdict",), 3, FOREVER, "critic_verdicts"),
+    Topic("benchmark.decisions", "scenario_id",
+          ("Promoted", "Rejected", "Deferred", "ReviewRequested", "ReviewDecided", "Retired"), 1, FOREVER,
+          "benchmark_decisions"),
+    Topic("models.registry", "model_id", ("ModelRegistered",), 1, FOREVER, "models_registry"),
+    Topic("deadletter", "source_topic", ("DeadLetter",), 1, FOREVER, "dead_letters"),
+)
+
+BY_NAME = {t.name: t for t in TOPICS}
+BY_EVENT_TYPE = {event_type: t for t in TOPICS for event_type in t.event_types}
+
+
+def topic_for(event_type: str) -> Topic:
+    try:
+        return BY_EVENT_TYPE[event_type]
+    except KeyError:
+        raise KeyError(f"event type {event_type!r} belongs to no topic in the catalog") from None
+
+
+def topic_by_full_name(full_name: str, prefix: str) -> Topic:
+    if not full_name.startswith(prefix) or full_name[len(prefix):] not in BY_NAME:
+        raise KeyError(f"topic {full_name!r} is not in the catalog (prefix {prefix!r})")
+    return BY_NAME[full_name[len(prefix):]]
