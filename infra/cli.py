@@ -16,6 +16,7 @@ Global options come before the command: `sepa-eval --memory-dir /tmp/m status`.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -158,6 +159,7 @@ def sink(ctx: typer.Context, until_idle: float | None = typer.Option(
         None, help="exit after this many seconds without messages")):
     """Run the evidence sink in the foreground (`up` runs it in the background)."""
     settings = _settings(ctx)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         store = processes.open_store(settings)
         worker = EvidenceSink(store, processes.resolve_bootstrap(settings), settings.topic_prefix,
@@ -241,3 +243,7 @@ def run(ctx: typer.Context, episodes: int = typer.Option(20, min=1), steps: int 
     out = settings.memory_dir / "report.md"
     report(ctx, output=out)
     console.print(f"state digest {state_digest(derived_state(store))}")
+
+
+if __name__ == "__main__":
+    app()

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -24,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from consumers.evidence.avro_container import read_string
 from consumers.evidence.store import EvidenceStore, insert_bodies
 from infra.kafka_clients import consumer_config, make_producer
-from schemas.catalog import TOPICS, Topic, topic_by_full_name
+from schemas.catalog import TOPICS, Topic
 from schemas.codec import Codec
 from schemas.events import make_event
 from schemas.exceptions import DecodeError
@@ -49,38 +50,70 @@ class Refused:
     reason: str
 
 
+class TopicGate:
+    """The cheap checks for one topic: framing, a known schema id, an event type this topic carries,
+    an envelope whose event_id is not empty and whose event_type matches the schema id.
+
+    This runs once per message on the hot path, so the envelope's first two Avro strings are read
+    by hand: for each schema id the topic accepts we precompute the exact bytes its event_type
+    field must hold.
+    """
+
+    def __init__(self, topic: Topic, manifest: Manifest):
+        self.topic = topic
+        self.manifest = manifest
+        self._expected: dict[int, bytes] = {
+            v.schema_id: _avro_string(v.event_type.encode()) for v in manifest.versions
+            if v.event_type in topic.event_types}
+
+    def check(self, value: bytes | None) -> Accepted | Refused:
+        if value is None or len(value) < 7:
+            return Refused(f"message of {len(value or b'')} bytes is too short for a framed event")
+        if value[0] != 0:
+            return Refused(f"magic byte {value[0]} is not the Confluent framing byte 0")
+        schema_id = int.from_bytes(value[1:5], "big")
+        expected_type = self._expected.get(schema_id)
+        if expected_type is None:
+            return Refused(self._why_not_accepted(schema_id))
+        try:
+            event_id, pos = read_string(value, 5)
+        except (IndexError, ValueError) as exc:
+            return Refused(f"unreadable envelope.event_id: {exc}")
+        if not event_id:
+            return Refused("empty envelope.event_id")
+        if not value.startswith(expected_type, pos):
+            event_type = self.manifest.by_id(schema_id).event_type
+            return Refused(f"envelope.event_type does not say {event_type}, which schema id {schema_id} is")
+        return Accepted(self.topic.table, schema_id, event_id, value[5:])
+
+    def _why_not_accepted(self, schema_id: int) -> str:
+        try:
+            event_type = self.manifest.by_id(schema_id).event_type
+        except Exception as exc:
+            return str(exc)
+        return f"{event_type} (schema id {schema_id}) does not belong on topic {self.topic.name}"
+
+
+def _avro_string(raw: bytes) -> bytes:
+    n = len(raw) << 1  # zigzag of a non-negative length
+    out = bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + raw
+
+
 def triage(value: bytes | None, topic: Topic, manifest: Manifest) -> Accepted | Refused:
-    """The cheap checks: framing, a known schema id, an event type this topic carries, an envelope
-    whose event_type matches the schema and whose event_id is not empty."""
-    if value is None or len(value) < 6:
-        return Refused(f"message of {len(value or b'')} bytes is too short for a framed event")
-    if value[0] != 0:
-        return Refused(f"magic byte {value[0]} is not the Confluent framing byte 0")
-    schema_id = int.from_bytes(value[1:5], "big")
-    try:
-        version = manifest.by_id(schema_id)
-    except Exception as exc:
-        return Refused(str(exc))
-    if version.event_type not in topic.event_types:
-        return Refused(f"{version.event_type} (schema id {schema_id}) does not belong on topic {topic.name}")
-    try:
-        event_id, pos = read_string(value, 5)
-        event_type, _ = read_string(value, pos)
-    except (IndexError, ValueError) as exc:
-        return Refused(f"{version.event_type}: unreadable envelope: {exc}")
-    if not event_id:
-        return Refused(f"{version.event_type}: empty envelope.event_id")
-    if event_type != version.event_type.encode():
-        return Refused(f"envelope says event_type {event_type[:40]!r} but schema id {schema_id} is "
-                       f"{version.event_type}")
-    return Accepted(topic.table, schema_id, event_id, value[5:])
+    return TopicGate(topic, manifest).check(value)
 
 
 @dataclass
 class BatchStats:
+    first_message_at: float | None = None  # time.monotonic(), for throughput figures
+    last_commit_at: float | None = None
     consumed: int = 0
     stored: int = 0
-    duplicates_in_batch: int = 0
     dead_lettered: int = 0
     reasons: list[str] = field(default_factory=list)
 
@@ -104,27 +137,41 @@ class EvidenceSink:
         self.consumer = Consumer(consumer_config(bootstrap, group_id, session_timeout_ms))
         self.producer = make_producer(bootstrap)
         self._schema_json: dict[int, str] = {}
+        self._gates = {t.full_name(topic_prefix): TopicGate(t, self.manifest) for t in TOPICS}
         self.totals = BatchStats()
 
     def topics(self) -> list[str]:
         return [t.full_name(self.prefix) for t in TOPICS]
 
     def run(self, stop: threading.Event, idle_exit_s: float | None = None) -> BatchStats:
-        """Consume until stop is set (or, with idle_exit_s, until nothing arrived for that long)."""
+        """Consume until stop is set (or, with idle_exit_s, until nothing arrived for that long).
+
+        Two stages overlap: while ClickHouse inserts batch k (in a worker thread; chDB and
+        librdkafka release the GIL), this thread consumes and checks batch k+1. Batch k's offsets
+        are committed only once its insert returned, and always before batch k+1's.
+        """
         assigned = threading.Event()
         self.consumer.subscribe(self.topics(), on_assign=lambda consumer, parts: assigned.set())
         last_message = time.monotonic()
+        in_flight: Future | None = None
         try:
-            while not stop.is_set():
-                messages = self.consumer.consume(num_messages=self.batch_max, timeout=self.linger_s)
-                messages = [m for m in messages if not _skippable_error(m)]
-                if messages:
-                    last_message = time.monotonic()
-                    self.process(messages)
-                elif not assigned.is_set():
-                    last_message = time.monotonic()  # idleness counts from the group join
-                elif idle_exit_s is not None and time.monotonic() - last_message > idle_exit_s:
-                    break
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink-insert") as inserter:
+                while not stop.is_set():
+                    messages = self.consumer.consume(num_messages=self.batch_max, timeout=self.linger_s)
+                    messages = [m for m in messages if not _skippable_error(m)]
+                    batch = self.prepare(messages) if messages else None
+                    if in_flight is not None:
+                        self.finish(*in_flight.result())
+                        in_flight = None
+                    if batch is not None:
+                        last_message = time.monotonic()
+                        in_flight = inserter.submit(lambda b=batch, m=messages: (self.store_batch(b), m))
+                    elif not assigned.is_set():
+                        last_message = time.monotonic()  # idleness counts from the group join
+                    elif idle_exit_s is not None and time.monotonic() - last_message > idle_exit_s:
+                        break
+                if in_flight is not None:
+                    self.finish(*in_flight.result())
         finally:
             self.consumer.close()
             self.producer.flush(10)
@@ -132,29 +179,46 @@ class EvidenceSink:
 
     def process(self, messages: list[Message]) -> BatchStats:
         """Store one batch, dead-letter what cannot be stored, then commit the batch's offsets."""
+        stats = self.store_batch(self.prepare(messages))
+        self.finish(stats, messages)
+        return stats
+
+    def prepare(self, messages: list[Message]) -> tuple[BatchStats, dict]:
+        """The cheap checks; refused messages are dead-lettered here, the rest grouped per insert."""
         stats = BatchStats(consumed=len(messages))
+        if self.totals.first_message_at is None:
+            self.totals.first_message_at = time.monotonic()
         groups: dict[tuple[str, int], list[tuple[Message, Accepted]]] = defaultdict(list)
-        seen: set[bytes] = set()
         for msg in messages:
             if msg.error():
                 self._dead_letter(msg, f"consumer error: {msg.error()}", stats)
                 continue
-            topic = topic_by_full_name(msg.topic(), self.prefix)
-            verdict = triage(msg.value(), topic, self.manifest)
+            verdict = self._gates[msg.topic()].check(msg.value())
+            # No dedup here: a copy that looks valid now may fail in ClickHouse later, and must not
+            # have displaced a good copy. The tables' (key, event_id) dedup counts it once.
             if isinstance(verdict, Refused):
                 self._dead_letter(msg, verdict.reason, stats)
-            elif verdict.event_id in seen:
-                stats.duplicates_in_batch += 1
             else:
-                seen.add(verdict.event_id)
                 groups[(verdict.table, verdict.schema_id)].append((msg, verdict))
+        return stats, groups
+
+    def store_batch(self, prepared: tuple[BatchStats, dict]) -> BatchStats:
+        stats, groups = prepared
         for (table, schema_id), items in groups.items():
             self._insert_group(table, schema_id, items, stats)
-        if stats.dead_lettered:
-            self.producer.flush(30)
-        self._commit(messages)
-        self._add_to_totals(stats)
         return stats
+
+    def finish(self, stats: BatchStats, messages: list[Message]) -> None:
+        """Dead letters acknowledged, then offsets committed: the batch is done."""
+        if stats.dead_lettered:
+            remaining = self.producer.flush(30)
+            if remaining:
+                raise RuntimeError(f"{remaining} dead letters unacknowledged; not committing the batch")
+        self._commit(messages)
+        self.totals.last_commit_at = time.monotonic()
+        self._add_to_totals(stats)
+        log.info("committed batch of %d: stored %d, dead-lettered %d (total stored %d)",
+                 stats.consumed, stats.stored, stats.dead_lettered, self.totals.stored)
 
     def _insert_group(self, table: str, schema_id: int, items: list, stats: BatchStats) -> None:
         schema_json = self._schema_json_for(schema_id)
@@ -215,7 +279,6 @@ class EvidenceSink:
     def _add_to_totals(self, stats: BatchStats) -> None:
         self.totals.consumed += stats.consumed
         self.totals.stored += stats.stored
-        self.totals.duplicates_in_batch += stats.duplicates_in_batch
         self.totals.dead_lettered += stats.dead_lettered
 
 

@@ -1,0 +1,82 @@
+import math
+
+import pytest
+
+from schemas.codec import Codec, require_finite
+from schemas.events import make_event, stable_id
+from schemas.exceptions import DecodeError, InvalidEvent
+
+
+def step(t=0, **over):
+    fields = dict(episode_id="ep-1", t=t, action=[0.1] * 7, eef_pos=[0.1, 0.2, 0.3], eef_quat=[0.0, 0.0, 0.0, 1.0],
+                  gripper_opening=0.04, gripper_force=0.0,
+                  object_poses=[{"name": "cube", "pos": [0.0, 0.0, 0.8], "quat": [0.0, 0.0, 0.0, 1.0]}],
+                  contacts=[{"a": "gripper", "b": "cube", "normal_force": 1.5}], joint_torques=[0.5] * 7,
+                  joint_pos=[0.1] * 7, reward=0.0, goal_distance=0.1, object_lift=0.0, keyframe_sha256=None)
+    fields.update(over)
+    return make_event("Step", ("ep-1", t), "test", "run-1", **fields)
+
+
+def test_round_trip_keeps_every_field():
+    codec = Codec()
+    event = step(3)
+    decoded = codec.decode(codec.encode(event))
+    assert decoded["envelope"] == event["envelope"]
+    assert decoded["t"] == 3 and decoded["contacts"][0]["b"] == "cube"
+    assert decoded["object_poses"][0]["pos"] == pytest.approx([0.0, 0.0, 0.8])
+
+
+def test_framing_is_confluent():
+    data = Codec().encode(step())
+    assert data[0] == 0
+    from schemas.manifest import current_manifest
+
+    assert int.from_bytes(data[1:5], "big") == current_manifest().latest("Step").schema_id
+
+
+def test_event_ids_are_stable_and_distinct():
+    assert step(1)["envelope"]["event_id"] == step(1)["envelope"]["event_id"]
+    assert step(1)["envelope"]["event_id"] != step(2)["envelope"]["event_id"]
+    assert stable_id("a", 1) != stable_id("a1")
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "too short"),
+    (b"garbage bytes here", "magic byte"),
+    (b"\x00\x00\x00\x99\x99body", "schema id"),
+])
+def test_decode_names_what_is_wrong(data, reason):
+    with pytest.raises(DecodeError, match=reason):
+        Codec().decode(data)
+
+
+def test_truncated_and_padded_bodies_are_refused():
+    data = Codec().encode(step())
+    with pytest.raises(DecodeError, match="undecodable"):
+        Codec().decode(data[:-20])
+    with pytest.raises(DecodeError, match="trailing"):
+        Codec().decode(data + b"\x00\x01")
+
+
+def test_encode_refuses_a_value_that_does_not_match():
+    event = step()
+    event["t"] = "seven"
+    with pytest.raises(InvalidEvent, match="Step"):
+        Codec().encode(event)
+
+
+def test_naive_event_time_is_refused():
+    from datetime import datetime
+
+    from schemas.events import envelope
+
+    with pytest.raises(ValueError, match="timezone-aware"):
+        envelope("Step", ("x",), "p", "r", event_time=datetime(2026, 1, 1))
+
+
+def test_require_finite_names_the_field():
+    require_finite(step())
+    with pytest.raises(DecodeError, match="gripper_force"):
+        require_finite(step(gripper_force=math.nan))
+    with pytest.raises(DecodeError, match="eef_pos"):
+        require_finite(step(eef_pos=[0.0, math.inf, 0.0]))
