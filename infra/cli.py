@@ -40,6 +40,8 @@ from producers.exceptions import ProducerError
 from producers.publisher import Publisher
 from producers.synthetic import episodes as synthetic_episodes
 from schemas.catalog import TOPICS
+from schemas.codec import Codec
+from schemas.registry import schema_ids_for
 
 app = typer.Typer(help="SEPA-Eval: a robot-policy benchmark that gets harder by itself.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -60,6 +62,11 @@ def main(ctx: typer.Context,
     except (ValueError, FileNotFoundError) as exc:
         err.print(f"[red]bad configuration:[/red] {exc}")
         raise typer.Exit(2) from exc
+
+
+def _publisher(settings: Settings, bootstrap: str) -> Publisher:
+    codec = Codec(schema_ids_for(settings.schema_registry_url))
+    return Publisher(make_producer(bootstrap), settings.topic_prefix, codec)
 
 
 def _fail(exc: Exception) -> None:
@@ -140,7 +147,7 @@ def synth(ctx: typer.Context, episodes: int = typer.Option(20, min=1), steps: in
     """Publish schema-valid synthetic episodes and steps (deterministic by --seed)."""
     settings = _settings(ctx)
     try:
-        publisher = Publisher(make_producer(processes.resolve_bootstrap(settings)), settings.topic_prefix)
+        publisher = _publisher(settings, processes.resolve_bootstrap(settings))
         total = episodes * (steps + 2)
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("publishing", total=total)
@@ -163,7 +170,8 @@ def sink(ctx: typer.Context, until_idle: float | None = typer.Option(
     try:
         store = processes.open_store(settings)
         worker = EvidenceSink(store, processes.resolve_bootstrap(settings), settings.topic_prefix,
-                              settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms)
+                              settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms,
+                              schema_ids=schema_ids_for(settings.schema_registry_url))
         totals = worker.run(threading.Event(), idle_exit_s=until_idle)
     except (InfraError, EvidenceError) as exc:
         _fail(exc)
@@ -182,7 +190,7 @@ def replay(ctx: typer.Context,
         bootstrap = processes.resolve_bootstrap(settings)
         if republish:
             ensure_topics(bootstrap, settings.topic_prefix)
-            counts = replay_mod.republish(store, Publisher(make_producer(bootstrap), settings.topic_prefix))
+            counts = replay_mod.republish(store, _publisher(settings, bootstrap))
             console.print(f"republished {sum(counts.values())} events: {counts}")
         target = into or f"{settings.clickhouse_database}_rebuild"
         with console.status(f"rebuilding {target} from the topics"):

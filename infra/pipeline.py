@@ -21,6 +21,7 @@ from consumers.evidence.endpoint import serve
 from consumers.evidence.sink import EvidenceSink
 from consumers.evidence.store import ClickHouseStore, migrate
 from infra.settings import Settings
+from schemas.registry import schema_ids_for
 
 log = logging.getLogger("sepa.pipeline")
 RESTART_BACKOFF_S = 2.0
@@ -39,7 +40,8 @@ def run(settings: Settings, stop: threading.Event) -> None:
     try:
         while not stop.is_set():
             sink = EvidenceSink(store, settings.bootstrap_servers, settings.topic_prefix,
-                                settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms)
+                                settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms,
+                                schema_ids=schema_ids_for(settings.schema_registry_url))
             try:
                 totals = sink.run(stop)
                 log.info("sink stopped: %s", totals)

@@ -26,10 +26,10 @@ from consumers.evidence.avro_container import read_string
 from consumers.evidence.store import EvidenceStore, insert_bodies
 from infra.kafka_clients import consumer_config, make_producer
 from schemas.catalog import TOPICS, Topic
-from schemas.codec import Codec
+from schemas.codec import Codec, SchemaIds
 from schemas.events import make_event
-from schemas.exceptions import DecodeError
-from schemas.manifest import Manifest, current_manifest
+from schemas.exceptions import DecodeError, SchemaError
+from schemas.manifest import current_manifest
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,21 @@ class TopicGate:
     field must hold.
     """
 
-    def __init__(self, topic: Topic, manifest: Manifest):
+    def __init__(self, topic: Topic, schema_ids: SchemaIds):
         self.topic = topic
-        self.manifest = manifest
-        self._expected: dict[int, bytes] = {
-            v.schema_id: _avro_string(v.event_type.encode()) for v in manifest.versions
-            if v.event_type in topic.event_types}
+        self.schema_ids = schema_ids
+        self._expected: dict[int, bytes] = {}  # schema id -> the event_type bytes it requires
+
+    def _expected_type(self, schema_id: int) -> bytes | None:
+        if schema_id not in self._expected:
+            try:
+                version = self.schema_ids.by_id(schema_id)
+            except SchemaError:
+                return None
+            if version.event_type not in self.topic.event_types:
+                return None
+            self._expected[schema_id] = _avro_string(version.event_type.encode())
+        return self._expected[schema_id]
 
     def check(self, value: bytes | None) -> Accepted | Refused:
         if value is None or len(value) < 7:
@@ -72,7 +81,7 @@ class TopicGate:
         if value[0] != 0:
             return Refused(f"magic byte {value[0]} is not the Confluent framing byte 0")
         schema_id = int.from_bytes(value[1:5], "big")
-        expected_type = self._expected.get(schema_id)
+        expected_type = self._expected.get(schema_id) or self._expected_type(schema_id)
         if expected_type is None:
             return Refused(self._why_not_accepted(schema_id))
         try:
@@ -82,14 +91,14 @@ class TopicGate:
         if not event_id:
             return Refused("empty envelope.event_id")
         if not value.startswith(expected_type, pos):
-            event_type = self.manifest.by_id(schema_id).event_type
+            event_type = self.schema_ids.by_id(schema_id).event_type
             return Refused(f"envelope.event_type does not say {event_type}, which schema id {schema_id} is")
         return Accepted(self.topic.table, schema_id, event_id, value[5:])
 
     def _why_not_accepted(self, schema_id: int) -> str:
         try:
-            event_type = self.manifest.by_id(schema_id).event_type
-        except Exception as exc:
+            event_type = self.schema_ids.by_id(schema_id).event_type
+        except SchemaError as exc:
             return str(exc)
         return f"{event_type} (schema id {schema_id}) does not belong on topic {self.topic.name}"
 
@@ -104,8 +113,8 @@ def _avro_string(raw: bytes) -> bytes:
     return bytes(out) + raw
 
 
-def triage(value: bytes | None, topic: Topic, manifest: Manifest) -> Accepted | Refused:
-    return TopicGate(topic, manifest).check(value)
+def triage(value: bytes | None, topic: Topic, schema_ids: SchemaIds) -> Accepted | Refused:
+    return TopicGate(topic, schema_ids).check(value)
 
 
 @dataclass
@@ -121,7 +130,7 @@ class BatchStats:
 class EvidenceSink:
     def __init__(self, store: EvidenceStore, bootstrap: str, topic_prefix: str, session_timeout_ms: int,
                  batch_max: int = 20000, linger_ms: int = 200, run_id: str = "sink",
-                 group_id: str = GROUP_ID, manifest: Manifest | None = None,
+                 group_id: str = GROUP_ID, schema_ids: SchemaIds | None = None,
                  publish_dead_letters: bool = True):
         self.store = store
         self.bootstrap = bootstrap
@@ -129,15 +138,15 @@ class EvidenceSink:
         self.batch_max = batch_max
         self.linger_s = linger_ms / 1000
         self.run_id = run_id
-        self.manifest = manifest or current_manifest()
+        self.schema_ids = schema_ids or current_manifest()
         # A replay rebuilds a store from topics that already hold their dead letters: it stores the
         # verdicts it reaches directly rather than publishing them a second time.
         self.publish_dead_letters = publish_dead_letters
-        self.codec = Codec(self.manifest)
+        self.codec = Codec(self.schema_ids)
         self.consumer = Consumer(consumer_config(bootstrap, group_id, session_timeout_ms))
         self.producer = make_producer(bootstrap)
         self._schema_json: dict[int, str] = {}
-        self._gates = {t.full_name(topic_prefix): TopicGate(t, self.manifest) for t in TOPICS}
+        self._gates = {t.full_name(topic_prefix): TopicGate(t, self.schema_ids) for t in TOPICS}
         self.totals = BatchStats()
 
     def topics(self) -> list[str]:
@@ -243,7 +252,7 @@ class EvidenceSink:
 
     def _schema_json_for(self, schema_id: int) -> str:
         if schema_id not in self._schema_json:
-            self._schema_json[schema_id] = json.dumps(self.manifest.by_id(schema_id).schema)
+            self._schema_json[schema_id] = json.dumps(self.schema_ids.by_id(schema_id).schema)
         return self._schema_json[schema_id]
 
     def _dead_letter(self, msg: Message, reason: str, stats: BatchStats) -> None:
