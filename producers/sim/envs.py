@@ -1,0 +1,714 @@
+"""Headless robosuite environments built from a ScenarioSpec, and the per-step signals read
+from raw MuJoCo.
+
+    env = make_env(spec, keyframes=False)
+    obs = env.reset(seed=7)
+    obs, reward, done, info = env.step(action)     # action: 7 floats in [-1, 1]
+    env.signals()                                  # dict with exactly SIGNAL_KEYS
+    env.success_relative()                         # success measured from the episode's start
+    env.render_keyframe(size=128)                  # uint8 HxWx3 (make_env(..., keyframes=True))
+
+Control: the Panda's default robosuite 1.5 BASIC composite controller, an OSC_POSE arm with
+delta inputs in the base frame (action[0:3] * 0.05 m, action[3:6] * 0.5 rad axis-angle per
+step) and a binary-ish gripper (action[6]: -1 opens, +1 closes), at 20 Hz.
+
+Determinism: ``make_env(spec)`` seeds robosuite with ``spec.seed`` (that fixes the world, e.g.
+Lift's cube size); ``reset(seed)`` re-seeds the generator that robosuite's placement sampler and
+joint-noise draw from, in place, so an episode is a function of (spec, seed) alone: the same pair
+gives a bit-identical rollout in any process and after any earlier episodes. Resets are soft
+(``hard_reset=False``: the compiled model is kept, 2 ms instead of ~0.15 s, and the keyframe
+renderer stays valid); every scenario edit is re-applied after each reset anyway. With the
+settle steps below a reset takes ~50 ms.
+
+The episode clock is ours: robosuite runs with ``ignore_done=True`` and ``done`` is
+``steps >= spec.horizon``. Each reset lets objects settle for SETTLE_STEPS control steps (robosuite
+drops them from 1 cm) before the start pose used by the "relative" measures is recorded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+# producers/sim/__init__.py, which runs before this module, has set the MUJOCO_GL default.
+import mujoco
+import numpy as np
+from robosuite.controllers import load_composite_controller_config
+from robosuite.environments.manipulation.lift import Lift
+from robosuite.environments.manipulation.pick_place import PickPlaceCan
+from robosuite.environments.manipulation.stack import Stack
+from robosuite.models.objects import BallObject, BoxObject, CylinderObject
+from robosuite.utils.placement_samplers import SequentialCompositeSampler
+
+from producers.sim.exceptions import ActionError, EnvError, KeyframeError
+from producers.sim.scenario import Distractor, ScenarioSpec
+
+CONTROL_FREQ_HZ = 20
+ACTION_DIM = 7
+# Control steps run with a hold action after each reset, before the start pose is recorded.
+SETTLE_STEPS = 5
+# Lift succeeds when the cube is this far above its own start height.
+LIFT_SUCCESS_HEIGHT_M = 0.04
+# Stack: cubeA's bottom within this of cubeB's top, its centre within cubeB's half-size
+# (times this factor) horizontally, touching cubeB and not touched by the fingers.
+STACK_Z_TOL_M = 0.01
+STACK_XY_FRACTION = 1.0
+# PickPlaceCan: the can resting in its target bin quadrant, below this height above the bin
+# base (robosuite's own bound) and not touched by the fingers.
+BIN_MAX_HEIGHT_M = 0.1
+BIN_FLOOR_HALF_THICKNESS_M = 0.02  # robosuite's bins_arena.xml floor box
+# Geom priority given to the manipulated object when its friction is set. MuJoCo combines
+# two geoms' frictions with max() unless one has a higher priority; the finger pads have
+# friction 2 and priority 0, so without this a lower object friction would do nothing.
+OBJECT_GEOM_PRIORITY = 2
+# Distractors: density (kg/m^3, light wood) and colour, dropped from this height.
+DISTRACTOR_DENSITY = 500.0
+DISTRACTOR_RGBA = (0.35, 0.45, 0.9, 1.0)
+DISTRACTOR_DROP_M = 0.002
+# Keyframes: camera and render options (shadows, reflections, skybox off, collision geoms hidden).
+KEYFRAME_CAMERA = "agentview"
+
+# The Avro Step record's per-step signal fields, in schema order.
+SIGNAL_KEYS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
+               "joint_torques", "joint_pos", "goal_distance", "object_lift")
+
+# Contact groups besides object and distractor names.
+GROUP_GRIPPER = "gripper"
+GROUP_ROBOT = "robot"
+GROUP_TABLE = "table"  # table, bins and floor: every static arena body
+
+
+# --------------------------------------------------------------------------------------
+# robosuite subclasses: the scenario is applied in robosuite's own _load_model hook
+# --------------------------------------------------------------------------------------
+
+def _walk_samplers(sampler: Any):
+    yield sampler
+    if isinstance(sampler, SequentialCompositeSampler):
+        for child in sampler.samplers.values():
+            yield from _walk_samplers(child)
+
+
+class _ScenarioMixin:
+    """Builds the scenario's geometry: object size, distractors, placement ranges.
+
+    Subclasses name the manipulated object, the task objects reported in signals, the sampler
+    that places the manipulated object and the placement reference point.
+    """
+
+    _scenario: ScenarioSpec
+
+    def __init__(self, *, scenario: ScenarioSpec, **kwargs: Any):
+        self._scenario = scenario
+        self.distractor_objects: list[Any] = []
+        super().__init__(**kwargs)
+
+    # hooks ----------------------------------------------------------------------------
+    def manipulated_object(self) -> Any:
+        raise NotImplementedError
+
+    def _set_manipulated_object(self, obj: Any) -> None:
+        raise NotImplementedError
+
+    def task_objects(self) -> list[Any]:
+        raise NotImplementedError
+
+    def _manipulated_sampler(self) -> Any:
+        return self.placement_initializer
+
+    def placement_reference(self) -> np.ndarray:
+        return np.array(self.table_offset, dtype=float)
+
+    def surface_z(self) -> float:
+        return float(self.table_offset[2])
+
+    # robosuite hook -------------------------------------------------------------------
+    def _load_model(self) -> None:
+        super()._load_model()
+        spec = self._scenario
+        if spec.object_size_scale != 1.0:
+            self._rescale_manipulated(spec.object_size_scale)
+        sampler = self._manipulated_sampler()
+        if spec.placement_x_range is not None or spec.placement_y_range is not None:
+            if spec.placement_x_range is not None:
+                sampler.x_range = spec.placement_x_range
+            if spec.placement_y_range is not None:
+                sampler.y_range = spec.placement_y_range
+            sampler.ensure_object_boundary_in_range = False  # ranges are for the object's centre
+        self.distractor_objects = []
+        if spec.distractors:
+            self._add_distractors(spec.distractors)
+
+    def _rescale_manipulated(self, scale: float) -> None:
+        old = self.manipulated_object()
+        new = BoxObject(name=old.name, size=np.array(old.size) * scale, rgba=old.rgba, material=old.material,
+                        density=old.density, friction=old.friction, solref=old.solref, solimp=old.solimp)
+        self.model.worldbody.remove(old.get_obj())
+        self.model.merge_objects([new])
+        objs = self.model.mujoco_objects
+        objs[objs.index(old)] = new
+        for s in _walk_samplers(self.placement_initializer):
+            s.mujoco_objects = [new if o is old else o for o in s.mujoco_objects]
+        self._set_manipulated_object(new)
+
+    def _add_distractors(self, distractors: tuple[Distractor, ...]) -> None:
+        ref = self.placement_reference()
+        surface = self.surface_z()
+        distractor_fixtures = {}
+        for i, d in enumerate(distractors):
+            name = f"distractor{i}"
+            if d.kind == "box":
+                obj = BoxObject(name=name, size=[d.size] * 3, rgba=DISTRACTOR_RGBA, density=DISTRACTOR_DENSITY)
+            elif d.kind == "cylinder":
+                obj = CylinderObject(name=name, size=[d.size, d.size], rgba=DISTRACTOR_RGBA,
+                                     density=DISTRACTOR_DENSITY)
+            else:
+                obj = BallObject(name=name, size=[d.size], rgba=DISTRACTOR_RGBA, density=DISTRACTOR_DENSITY)
+            self.distractor_objects.append(obj)
+            pos = (ref[0] + d.x, ref[1] + d.y, surface - obj.bottom_offset[2] + DISTRACTOR_DROP_M)
+            distractor_fixtures[obj.name] = (pos, np.array([1.0, 0.0, 0.0, 0.0]), obj)
+        self.model.merge_objects(self.distractor_objects)
+        self.model.mujoco_objects.extend(self.distractor_objects)
+        # The samplers place task objects clear of the distractors and return the distractors'
+        # fixed placements with theirs, so robosuite's own _reset_internal puts them down.
+        original = self.placement_initializer.sample
+
+        def sample(fixtures=None, reference=None, on_top=True):
+            merged = dict(distractor_fixtures)
+            merged.update(fixtures or {})
+            return original(fixtures=merged, reference=reference, on_top=on_top)
+
+        self.placement_initializer.sample = sample
+
+
+class _Lift(_ScenarioMixin, Lift):
+    def manipulated_object(self):
+        return self.cube
+
+    def _set_manipulated_object(self, obj):
+        self.cube = obj
+
+    def task_objects(self):
+        return [self.cube]
+
+
+class _Stack(_ScenarioMixin, Stack):
+    def manipulated_object(self):
+        return self.cubeA
+
+    def _set_manipulated_object(self, obj):
+        self.cubeA = obj
+
+    def task_objects(self):
+        return [self.cubeA, self.cubeB]
+
+
+class _PickPlaceCan(_ScenarioMixin, PickPlaceCan):
+    def manipulated_object(self):
+        return self.objects[self.object_id]
+
+    def _set_manipulated_object(self, obj):  # never called: scaling is refused for this env
+        raise EnvError("PickPlaceCan's can cannot be rescaled")
+
+    def task_objects(self):
+        return [self.manipulated_object()]
+
+    def _manipulated_sampler(self):
+        sampler = self.placement_initializer.samplers["CollisionObjectSampler"]
+        # Only the can is sampled: the other objects are moved out of the scene anyway, and a
+        # narrow placement range could not fit all four.
+        sampler.mujoco_objects = [self.manipulated_object()]
+        return sampler
+
+    def placement_reference(self):
+        return np.array(self.bin1_pos, dtype=float)
+
+    def surface_z(self):
+        return float(self.bin1_pos[2]) + BIN_FLOOR_HALF_THICKNESS_M
+
+
+_ENV_CLASSES = {"Lift": _Lift, "Stack": _Stack, "PickPlaceCan": _PickPlaceCan}
+
+
+# --------------------------------------------------------------------------------------
+# SimEnv
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _ObjectRef:
+    name: str
+    body_id: int
+    qpos_adr: int  # free joint: qpos[adr:adr+3] position, [adr+3:adr+7] wxyz
+
+
+def _quat_xyzw(wxyz: np.ndarray) -> list[float]:
+    return [float(wxyz[1]), float(wxyz[2]), float(wxyz[3]), float(wxyz[0])]
+
+
+class SimEnv:
+    """One robosuite environment for one scenario; reset it for each episode.
+
+    Attributes a policy or runner may read: ``spec``, ``steps`` (control steps taken this
+    episode), ``manipulated_name``, ``object_names`` (task objects, then distractors),
+    ``action_dim`` (7), ``robosuite_env`` (the underlying env, for inspection only).
+    """
+
+    def __init__(self, spec: ScenarioSpec, *, keyframes: bool = False):
+        self.spec = spec
+        self.keyframes = keyframes
+        cls = _ENV_CLASSES[spec.env_name]
+        try:
+            self._env = cls(
+                scenario=spec,
+                robots=spec.robot,
+                controller_configs=load_composite_controller_config(robot=spec.robot),
+                has_renderer=False,
+                has_offscreen_renderer=False,  # keyframes use our own mujoco.Renderer
+                use_camera_obs=False,
+                control_freq=CONTROL_FREQ_HZ,
+                horizon=spec.horizon,
+                ignore_done=True,  # the episode clock is ours
+                hard_reset=False,
+                renderer="mujoco",
+                seed=spec.seed,
+            )
+        except Exception as exc:  # robosuite raises bare AssertionError/RandomizationError
+            raise EnvError(f"cannot build {spec.env_name} for scenario {spec.scenario_id}: {exc!r}") from exc
+        self._renderer: mujoco.Renderer | None = None
+        self._scene_option: mujoco.MjvOption | None = None
+        self._index_model()
+        self.steps = 0
+        self._started = False
+        self._start_pos: dict[str, np.ndarray] = {}
+        self._force_buf = np.zeros(6)
+
+    # -- model indexing (the compiled model never changes: resets are soft) --------------
+
+    @property
+    def robosuite_env(self) -> Any:
+        return self._env
+
+    @property
+    def action_dim(self) -> int:
+        return ACTION_DIM
+
+    @property
+    def model(self) -> mujoco.MjModel:
+        return self._env.sim.model._model
+
+    @property
+    def data(self) -> mujoco.MjData:
+        return self._env.sim.data._data
+
+    def _body_id(self, name: str) -> int:
+        return mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
+
+    def _geom_ids(self, names: list[str]) -> np.ndarray:
+        return np.array([mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, n) for n in names], dtype=int)
+
+    def _object_ref(self, obj: Any) -> _ObjectRef:
+        m = self.model
+        jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, obj.joints[0])
+        return _ObjectRef(obj.name, self._body_id(obj.root_body), int(m.jnt_qposadr[jid]))
+
+    def _index_model(self) -> None:
+        env, m = self._env, self.model
+        robot = env.robots[0]
+        gripper = robot.gripper["right"]
+        manipulated = env.manipulated_object()
+        self.manipulated_name: str = manipulated.name
+        self._manip = self._object_ref(manipulated)
+        self._task_refs = [self._object_ref(o) for o in env.task_objects()]
+        self._distractor_refs = [self._object_ref(o) for o in env.distractor_objects]
+        self.object_names: tuple[str, ...] = tuple(r.name for r in self._task_refs + self._distractor_refs)
+        self._eef_site = int(robot.eef_site_id["right"])
+        self._arm_qpos = np.array(robot._ref_joint_pos_indexes, dtype=int)
+        arm_joints = set(robot._ref_joint_indexes)
+        self._arm_actuators = np.array(
+            [a for a in range(m.nu) if m.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
+             and int(m.actuator_trnid[a, 0]) in arm_joints], dtype=int)
+        self._pads = self._geom_ids(gripper.important_geoms["left_fingerpad"]
+                                    + gripper.important_geoms["right_fingerpad"])
+        self._pad_axis = int(np.argmin(m.geom_size[self._pads[0]]))
+        self._pad_thickness = float(m.geom_size[self._pads[0]].min() + m.geom_size[self._pads[1]].min())
+        self._finger_geoms = set(self._geom_ids(gripper.important_geoms["left_finger"]
+                                                + gripper.important_geoms["right_finger"]).tolist())
+        self._manip_contact_geoms = self._geom_ids(manipulated.contact_geoms)
+        self._manip_visual_geoms = self._geom_ids(manipulated.visual_geoms)
+        self._manip_bodies = np.flatnonzero(m.body_rootid == self._manip.body_id)
+        self._orig_friction = m.geom_friction[self._manip_contact_geoms].copy()
+        self._orig_priority = m.geom_priority[self._manip_contact_geoms].copy()
+        self._orig_mass = m.body_mass[self._manip_bodies].copy()
+        self._orig_inertia = m.body_inertia[self._manip_bodies].copy()
+        self._orig_rgba = m.geom_rgba[self._manip_visual_geoms].copy()
+        self._orig_matid = m.geom_matid[self._manip_visual_geoms].copy()
+        self._hand_body = self._body_id(gripper.root_body)
+
+        # contact group of every geom (-1: not reported)
+        gripper_root = self._body_id(gripper.root_body)
+        robot_root = int(m.body_rootid[self._body_id(robot.robot_model.root_body)])
+        names = [GROUP_GRIPPER, GROUP_ROBOT, GROUP_TABLE]
+        body_group = np.full(m.nbody, -1, dtype=int)
+        for b in range(m.nbody):
+            root = int(m.body_rootid[b])
+            if root == robot_root:
+                a, in_gripper = b, False
+                while a > 0:
+                    if a == gripper_root:
+                        in_gripper = True
+                        break
+                    a = int(m.body_parentid[a])
+                body_group[b] = 0 if in_gripper else 1
+            elif b == 0 or (root != 0 and m.body_jntnum[root] == 0 and m.body_mocapid[root] < 0):
+                body_group[b] = 2  # world (floor) and static arena bodies (table, bins)
+        for ref in self._task_refs + self._distractor_refs:
+            names.append(ref.name)
+            body_group[m.body_rootid == ref.body_id] = len(names) - 1
+        self._group_names = names
+        self._manip_group = names.index(self.manipulated_name)
+        self._geom_group = body_group[m.geom_bodyid]
+
+        # target bin for PickPlaceCan
+        if self.spec.env_name == "PickPlaceCan":
+            env_obj_id = env.object_id
+            self._bin_target = np.array(env.target_bin_placements[env_obj_id], dtype=float)
+            bin_low = np.array(env.bin2_pos[:2], dtype=float)
+            if env_obj_id in (0, 2):
+                bin_low[0] -= env.bin_size[0] / 2
+            if env_obj_id < 2:
+                bin_low[1] -= env.bin_size[1] / 2
+            self._bin_low = bin_low
+            self._bin_high = bin_low + np.array(env.bin_size[:2], dtype=float) / 2
+            self._bin_z = float(env.bin2_pos[2])
+
+    # -- episode ------------------------------------------------------------------------
+
+    def reset(self, seed: int) -> dict[str, np.ndarray]:
+        """Starts an episode that is a function of (spec, seed) alone. Returns robosuite's
+        observation dict plus "goal_pos" (see goal_pos())."""
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**63:
+            raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+        env = self._env
+        env.rng.bit_generator.state = np.random.default_rng(int(seed)).bit_generator.state
+        try:
+            env.reset()
+            self._apply_model_edits()
+            if any(self.spec.pose_offset_xyz):
+                adr = self._manip.qpos_adr
+                self.data.qpos[adr:adr + 3] += np.asarray(self.spec.pose_offset_xyz)
+            env.sim.forward()
+            hold = np.zeros(ACTION_DIM)
+            for _ in range(SETTLE_STEPS):
+                env.step(hold)
+        except Exception as exc:
+            raise EnvError(f"reset failed for scenario {self.spec.scenario_id} seed {seed}: {exc!r}") from exc
+        self.steps = 0
+        self._started = True
+        self._start_pos = {r.name: self.data.xpos[r.body_id].copy() for r in self._task_refs}
+        return self._observe(env._get_observations(force_update=True))
+
+    def _observe(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        obs["goal_pos"] = self.goal_pos()
+        return obs
+
+    def _apply_model_edits(self) -> None:
+        """Friction, mass and colour of the manipulated object, set on the compiled model."""
+        m, spec = self.model, self.spec
+        g = self._manip_contact_geoms
+        if spec.object_friction is not None:
+            m.geom_friction[g, 0] = spec.object_friction
+            m.geom_priority[g] = OBJECT_GEOM_PRIORITY
+        else:
+            m.geom_friction[g] = self._orig_friction
+            m.geom_priority[g] = self._orig_priority
+        b = self._manip_bodies
+        if spec.object_mass is not None:
+            ratio = spec.object_mass / float(self._orig_mass.sum())
+            m.body_mass[b] = self._orig_mass * ratio
+            m.body_inertia[b] = self._orig_inertia * ratio
+            mujoco.mj_setConst(m, mujoco.MjData(m))  # body_invweight0 etc. for the new mass
+        v = self._manip_visual_geoms
+        if spec.object_rgba is not None:
+            m.geom_rgba[v] = spec.object_rgba
+            m.geom_matid[v] = -1  # a material (texture) would override the rgba
+        else:
+            m.geom_rgba[v] = self._orig_rgba
+            m.geom_matid[v] = self._orig_matid
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, dict[str, Any]]:
+        """One 20 Hz control step. ``done`` is True once ``spec.horizon`` steps were taken;
+        ``info`` holds ``t`` (this step's index, from 0) and ``success`` (success_relative())."""
+        if not self._started:
+            raise EnvError(f"step() before reset() on scenario {self.spec.scenario_id}")
+        if self.steps >= self.spec.horizon:
+            raise EnvError(f"step() after the horizon ({self.spec.horizon}) on scenario {self.spec.scenario_id}")
+        a = np.asarray(action, dtype=float)
+        if a.shape != (ACTION_DIM,) or not np.all(np.isfinite(a)):
+            raise ActionError(f"action must be {ACTION_DIM} finite floats, got {action!r}")
+        try:
+            obs, reward, _, _ = self._env.step(np.clip(a, -1.0, 1.0))
+        except Exception as exc:
+            raise EnvError(f"step {self.steps} failed on scenario {self.spec.scenario_id}: {exc!r}") from exc
+        t = self.steps
+        self.steps += 1
+        done = self.steps >= self.spec.horizon
+        return self._observe(obs), float(reward), done, {"t": t, "success": self.success_relative()}
+
+    # -- external forces (used by producers.sim.perturb) ----------------------------------
+
+    def body_for(self, target: str) -> int:
+        """MuJoCo body id of "object" (the manipulated object), "hand" or a distractor name."""
+        if target == "object":
+            return self._manip.body_id
+        if target == "hand":
+            return self._hand_body
+        for ref in self._distractor_refs:
+            if ref.name == target:
+                return ref.body_id
+        raise ValueError(f"unknown push target {target!r}: use 'object', 'hand' or one of "
+                         f"{[r.name for r in self._distractor_refs]}")
+
+    def set_external_force(self, body_id: int, force_xyz: np.ndarray, torque_xyz: np.ndarray | None = None) -> None:
+        """World-frame force (N) and torque (N m) at the body's centre of mass until changed;
+        cleared by every reset."""
+        self.data.xfrc_applied[body_id, :3] = force_xyz
+        self.data.xfrc_applied[body_id, 3:] = 0.0 if torque_xyz is None else torque_xyz
+
+    def clear_external_forces(self) -> None:
+        self.data.xfrc_applied[:] = 0.0
+
+    # -- signals ------------------------------------------------------------------------
+
+    def _contact_forces(self) -> tuple[list[dict[str, Any]], float]:
+        m, d = self.model, self.data
+        n = d.ncon
+        if n == 0:
+            return [], 0.0
+        geom1 = d.contact.geom1[:n]
+        geom2 = d.contact.geom2[:n]
+        g1 = self._geom_group[geom1]
+        g2 = self._geom_group[geom2]
+        keep = np.flatnonzero((g1 >= 0) & (g2 >= 0) & (g1 != g2) & (d.contact.efc_address[:n] >= 0))
+        agg: dict[tuple[int, int], float] = {}
+        grip = 0.0
+        manip_group = self._manip_group
+        buf = self._force_buf
+        for i in keep.tolist():
+            mujoco.mj_contactForce(m, d, i, buf)
+            f = abs(float(buf[0]))
+            a, b = int(g1[i]), int(g2[i])
+            key = (a, b) if a < b else (b, a)
+            agg[key] = agg.get(key, 0.0) + f
+            if (a == manip_group and int(geom2[i]) in self._finger_geoms) or (
+                    b == manip_group and int(geom1[i]) in self._finger_geoms):
+                grip += f
+        names = self._group_names
+        contacts = []
+        for (a, b), f in agg.items():
+            na, nb = sorted((names[a], names[b]))
+            contacts.append({"a": na, "b": nb, "normal_force": f})
+        contacts.sort(key=lambda c: (c["a"], c["b"]))
+        return contacts, grip
+
+    def signals(self) -> dict[str, Any]:
+        """This step's signals, plain JSON types, keys exactly SIGNAL_KEYS:
+
+        eef_pos [3] m, eef_quat [4] xyzw, gripper_opening m between the finger pads,
+        gripper_force N (normal force, finger geoms on the manipulated object),
+        object_poses [{name, pos [3], quat [4] xyzw}] task objects then distractors,
+        contacts [{a, b, normal_force}] summed per pair of groups (gripper, robot, table, object
+        and distractor names; a < b; only pairs in contact), joint_torques [7] N m (arm actuator
+        forces), joint_pos [7] rad, goal_distance m (see goal_distance()), object_lift m.
+        """
+        if not self._started:
+            raise EnvError(f"signals() before reset() on scenario {self.spec.scenario_id}")
+        d = self.data
+        quat = np.empty(4)
+        mujoco.mju_mat2Quat(quat, d.site_xmat[self._eef_site])
+        # The pads are boxes; the closing axis is the axis of their smallest half-size.
+        p0, p1 = self._pads[0], self._pads[1]
+        axis = d.geom_xmat[p0].reshape(3, 3)[:, self._pad_axis]
+        pad_sep = abs(float(np.dot(d.geom_xpos[p0] - d.geom_xpos[p1], axis)))
+        opening = max(0.0, pad_sep - self._pad_thickness)
+        contacts, grip = self._contact_forces()
+        poses = [{"name": r.name, "pos": d.xpos[r.body_id].tolist(), "quat": _quat_xyzw(d.xquat[r.body_id])}
+                 for r in self._task_refs + self._distractor_refs]
+        return {
+            "eef_pos": d.site_xpos[self._eef_site].tolist(),
+            "eef_quat": _quat_xyzw(quat),
+            "gripper_opening": opening,
+            "gripper_force": grip,
+            "object_poses": poses,
+            "contacts": contacts,
+            "joint_torques": d.actuator_force[self._arm_actuators].tolist(),
+            "joint_pos": d.qpos[self._arm_qpos].tolist(),
+            "goal_distance": self.goal_distance(),
+            "object_lift": self.object_lift(),
+        }
+
+    # -- task measures relative to the episode's own start --------------------------------
+
+    def object_lift(self) -> float:
+        """Manipulated object's height above its own start height, m."""
+        z = self.data.xpos[self._manip.body_id][2]
+        return float(z - self._start_pos[self.manipulated_name][2])
+
+    def _fingers_touch(self, body_root: int) -> bool:
+        d = self.data
+        n = d.ncon
+        for i in range(n):
+            a, b = int(d.contact.geom1[i]), int(d.contact.geom2[i])
+            if a in self._finger_geoms and self.model.body_rootid[self.model.geom_bodyid[b]] == body_root:
+                return True
+            if b in self._finger_geoms and self.model.body_rootid[self.model.geom_bodyid[a]] == body_root:
+                return True
+        return False
+
+    def _touching(self, root_a: int, root_b: int) -> bool:
+        m, d = self.model, self.data
+        for i in range(d.ncon):
+            ra = m.body_rootid[m.geom_bodyid[d.contact.geom1[i]]]
+            rb = m.body_rootid[m.geom_bodyid[d.contact.geom2[i]]]
+            if (ra == root_a and rb == root_b) or (ra == root_b and rb == root_a):
+                return True
+        return False
+
+    def _stack_target(self) -> np.ndarray:
+        env = self._env
+        a, b = self._task_refs
+        top = self.data.xpos[b.body_id].copy()
+        top[2] += float(env.cubeB.size[2]) + float(env.cubeA.size[2])
+        return top
+
+    def goal_pos(self) -> np.ndarray:
+        """Where the manipulated object's centre should end up (world, m); also obs["goal_pos"].
+
+        Lift: LIFT_SUCCESS_HEIGHT_M above its start position.
+        Stack: resting centred on cubeB, cubeB as it is now.
+        PickPlaceCan: the centre of the can's target bin quadrant, at the height the can rested
+        at in the start bin (both bins' floors are at the same height).
+        """
+        name = self.spec.env_name
+        start = self._start_pos[self.manipulated_name]
+        if name == "Lift":
+            return start + np.array([0.0, 0.0, LIFT_SUCCESS_HEIGHT_M])
+        if name == "Stack":
+            return self._stack_target()
+        return np.array([self._bin_target[0], self._bin_target[1],
+                         start[2] - float(self._env.bin1_pos[2]) + self._bin_z])
+
+    def goal_distance(self) -> float:
+        """Distance to the goal, m, 0 when reached.
+
+        Lift: max(0, LIFT_SUCCESS_HEIGHT_M - object_lift) (height still to gain).
+        Stack, PickPlaceCan: from the manipulated object's centre to goal_pos().
+        """
+        if self.spec.env_name == "Lift":
+            return max(0.0, LIFT_SUCCESS_HEIGHT_M - self.object_lift())
+        return float(np.linalg.norm(self.data.xpos[self._manip.body_id] - self.goal_pos()))
+
+    def success_relative(self) -> bool:
+        """Task success measured against the episode's own start, not absolute heights.
+
+        Lift: the cube is >= LIFT_SUCCESS_HEIGHT_M above its own start height (robosuite's check
+        is "above table + 4 cm", which a cube scaled up 2x passes while lying on the table).
+        Stack: cubeA rests on cubeB: touching it, its bottom within STACK_Z_TOL_M of cubeB's top,
+        its centre within cubeB's half-size horizontally, and no finger touching cubeA (released).
+        PickPlaceCan: the can is inside its target bin quadrant (x, y), below BIN_MAX_HEIGHT_M
+        above the bin base (resting, not hovering), and no finger touches it (released).
+        """
+        if not self._started:
+            return False
+        name = self.spec.env_name
+        d = self.data
+        if name == "Lift":
+            return self.object_lift() >= LIFT_SUCCESS_HEIGHT_M
+        if name == "Stack":
+            a, b = self._task_refs
+            pa, pb = d.xpos[a.body_id], d.xpos[b.body_id]
+            env = self._env
+            half_a, half_b = float(env.cubeA.size[2]), float(env.cubeB.size[2])
+            on_top = abs((pa[2] - half_a) - (pb[2] + half_b)) <= STACK_Z_TOL_M
+            centred = bool(np.all(np.abs(pa[:2] - pb[:2]) <= STACK_XY_FRACTION * float(env.cubeB.size[0])))
+            return bool(on_top and centred and self._touching(a.body_id, b.body_id)
+                        and not self._fingers_touch(a.body_id))
+        pos = d.xpos[self._manip.body_id]
+        inside = bool(np.all(pos[:2] > self._bin_low) and np.all(pos[:2] < self._bin_high))
+        low = self._bin_z < pos[2] < self._bin_z + BIN_MAX_HEIGHT_M
+        return bool(inside and low and not self._fingers_touch(self._manip.body_id))
+
+    def robosuite_success(self) -> bool:
+        """robosuite's own _check_success(), for comparison (absolute heights)."""
+        return bool(self._env._check_success())
+
+    # -- keyframes ----------------------------------------------------------------------
+
+    def render_keyframe(self, size: int = 128, camera: str = KEYFRAME_CAMERA) -> np.ndarray:
+        """An offscreen RGB frame, uint8 (size, size, 3), via mujoco.Renderer (not robosuite's
+        camera observations). Shadows, reflections and skybox off; collision geoms hidden."""
+        if not self.keyframes:
+            raise KeyframeError(f"scenario {self.spec.scenario_id}: env built without keyframes=True")
+        if not self._started:
+            raise KeyframeError(f"render_keyframe() before reset() on scenario {self.spec.scenario_id}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= 1024:
+            raise ValueError(f"keyframe size must be an int in [16, 1024], got {size!r}")
+        if self._renderer is None or self._renderer.height != size:
+            self._close_renderer()
+            try:
+                self._renderer = mujoco.Renderer(self.model, size, size)
+            except Exception as exc:
+                raise KeyframeError(f"cannot create an offscreen renderer (MUJOCO_GL="
+                                    f"{os.environ.get('MUJOCO_GL')!r}): {exc!r}") from exc
+            _track_renderer(self)
+            flags = self._renderer.scene.flags
+            flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+            flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+            flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = 0
+            self._scene_option = mujoco.MjvOption()
+            self._scene_option.geomgroup[0] = 0
+        try:
+            self._renderer.update_scene(self.data, camera=camera, scene_option=self._scene_option)
+            return self._renderer.render().copy()
+        except Exception as exc:
+            raise KeyframeError(f"render failed on scenario {self.spec.scenario_id}: {exc!r}") from exc
+
+    def _close_renderer(self) -> None:
+        if self._renderer is not None:
+            try:
+                self._renderer.close()
+            except Exception:  # EGL teardown errors at close carry no information for us
+                pass
+            self._renderer = None
+
+    def close(self) -> None:
+        """Frees the renderer and the robosuite env."""
+        self._close_renderer()
+        self._env.close()
+
+
+# Envs holding a renderer are closed at exit before EGL's own teardown, which mujoco registers
+# with atexit when it creates the first context; atexit runs handlers last-in first-out, so ours
+# is registered after that. Otherwise the renderers' __del__ prints an EGLError traceback.
+_LIVE_RENDERERS: weakref.WeakSet[SimEnv] = weakref.WeakSet()
+_cleanup_registered = False
+
+
+def _close_renderers() -> None:
+    for env in list(_LIVE_RENDERERS):
+        env._close_renderer()
+
+
+def _track_renderer(env: SimEnv) -> None:
+    global _cleanup_registered
+    _LIVE_RENDERERS.add(env)
+    if not _cleanup_registered:
+        atexit.register(_close_renderers)
+        _cleanup_registered = True
+
+
+def make_env(spec: ScenarioSpec, *, keyframes: bool = False) -> SimEnv:
+    """Builds the headless env for ``spec`` (1-3 s). ``keyframes=True`` enables render_keyframe()."""
+    return SimEnv(spec, keyframes=keyframes)

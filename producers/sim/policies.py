@@ -1,0 +1,338 @@
+"""Policies: the Policy protocol, scripted state-machine policies with graded skill, and the
+registry of policies by name.
+
+    policy = make_policy("scripted-novice")
+    policy.reset(seed, spec)
+    action = policy.act(obs, signals)          # np.ndarray (7,) in [-1, 1]
+
+A scripted policy reads the privileged object poses from ``signals["object_poses"]`` and the
+task goal from ``obs["goal_pos"]`` (added by SimEnv), and runs a state machine per task:
+
+    Lift:          approach above the cube, descend, close, lift
+    Stack:         approach cubeA, descend, close, lift, move above cubeB, lower until cubeA
+                   touches cubeB, open, retreat
+    PickPlaceCan:  approach the can, descend, close, lift over the bin walls, move above the
+                   target bin, lower, open, retreat
+
+Its ``Skill`` degrades it the way a real policy degrades: a per-episode error in where it
+believes the object is (``target_noise_m``), noisy actions (``action_noise``), sloppy timing
+(``timing_jitter``) and a weak, imprecise controller (``precision``). All randomness comes from
+one numpy Generator seeded in ``reset(seed, spec)``: the same seed gives the same actions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from producers.sim.exceptions import UnknownPolicy
+from producers.sim.scenario import ScenarioSpec
+
+ACTION_DIM = 7
+# OSC_POSE delta scaling of robosuite's default Panda controller: action 1 = 0.05 m, 0.5 rad.
+POS_PER_ACTION_M = 0.05
+ROT_PER_ACTION_RAD = 0.5
+# Proportional gains (action units per metre / per radian of error) at precision 1.
+POS_GAIN = 16.0
+ROT_GAIN = 2.0 / ROT_PER_ACTION_RAD
+# Heights (m) relative to the object or goal.
+HOVER_M = 0.08  # above the object before descending
+GRASP_DZ_M = -0.002  # grip site relative to the object's centre when closing
+LIFT_M = 0.15  # Lift: how high above its start to lift the object
+CARRY_CLEARANCE_M = 0.12  # Stack/PickPlace: above the goal while carrying (bin walls: 0.1 m)
+PLACE_DZ_M = 0.03  # PickPlace: above the resting goal height when opening
+# Tolerances (m) at precision 1; divided by precision.
+XY_TOL_M = 0.006
+Z_TOL_M = 0.008
+ALIGN_TOL_RAD = 0.08
+# Steps spent closing / opening the gripper (robosuite's gripper moves 0.2 of its range per step).
+CLOSE_STEPS = 12
+OPEN_STEPS = 8
+# A phase that has not reached its goal after this many steps moves on anyway.
+PHASE_TIMEOUT_STEPS = 60
+# Lowering onto cubeB: speed cap (action units) and the contact force that counts as touching.
+LOWER_SPEED = 0.25
+TOUCH_FORCE_N = 0.5
+
+GRIP_OPEN = -1.0
+GRIP_CLOSE = 1.0
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the rollout loop drives. ``act`` returns a (7,) float array in [-1, 1]."""
+
+    name: str
+
+    def reset(self, seed: int, spec: ScenarioSpec) -> None: ...
+
+    def act(self, obs: dict[str, Any], signals: dict[str, Any]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skill:
+    """How well a scripted policy executes. All zero / 1.0 is perfect (the oracle).
+
+    target_noise_m: std (m) of a per-episode x/y error in the believed object (and place
+        target) position; drawn once per episode.
+    action_noise: std of gaussian noise added to every action component (action units; the
+        arm's full scale is 1).
+    timing_jitter: 0..1. Each episode draws its gripper dwell times from U(1-j, 1+j) x nominal,
+        and how early it may leave the descend phase (up to 1 + 3j times the tolerance).
+    precision: (0, 1]. Scales the controller gains; tolerances are divided by it.
+    """
+
+    target_noise_m: float = 0.0
+    action_noise: float = 0.0
+    timing_jitter: float = 0.0
+    precision: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name, lo, hi in (("target_noise_m", 0.0, 0.2), ("action_noise", 0.0, 2.0),
+                             ("timing_jitter", 0.0, 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise ValueError(f"Skill.{name} must be a number in [{lo}, {hi}], got {v!r}")
+            object.__setattr__(self, name, float(v))
+        p = self.precision
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.05 <= p <= 1.0:
+            raise ValueError(f"Skill.precision must be a number in [0.05, 1], got {p!r}")
+        object.__setattr__(self, "precision", float(p))
+
+    def to_params(self) -> dict[str, str]:
+        """As the string map of ModelRegistered.params."""
+        return {k: repr(getattr(self, k)) for k in ("target_noise_m", "action_noise", "timing_jitter", "precision")}
+
+
+SKILLS: dict[str, Skill] = {
+    "oracle": Skill(),
+    "expert": Skill(target_noise_m=0.005, action_noise=0.08, timing_jitter=0.15, precision=0.85),
+    "novice": Skill(target_noise_m=0.010, action_noise=0.2, timing_jitter=0.3, precision=0.7),
+    "clumsy": Skill(target_noise_m=0.020, action_noise=0.35, timing_jitter=0.5, precision=0.5),
+}
+
+
+# -- small quaternion helpers (xyzw, as in signals) ---------------------------------------
+
+def _qmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    ax, ay, az, aw = a
+    bx, by, bz, bw = b
+    return np.array([aw * bx + ax * bw + ay * bz - az * by,
+                     aw * by - ax * bz + ay * bw + az * bx,
+                     aw * bz + ax * by - ay * bx + az * bw,
+                     aw * bw - ax * bx - ay * by - az * bz])
+
+
+def _qconj(q: np.ndarray) -> np.ndarray:
+    return np.array([-q[0], -q[1], -q[2], q[3]])
+
+
+def _rotvec(q: np.ndarray) -> np.ndarray:
+    """Axis-angle vector of a unit quaternion (xyzw), angle in [0, pi]."""
+    if q[3] < 0:
+        q = -q
+    s = float(np.linalg.norm(q[:3]))
+    if s < 1e-12:
+        return np.zeros(3)
+    return q[:3] / s * (2.0 * math.atan2(s, q[3]))
+
+
+def _zrot(angle: float) -> np.ndarray:
+    return np.array([0.0, 0.0, math.sin(angle / 2), math.cos(angle / 2)])
+
+
+def _yaw(q: np.ndarray) -> float:
+    x, y, z, w = q
+    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+def _wrap_quarter(angle: float) -> float:
+    """The equivalent rotation in [-pi/4, pi/4) for a shape with 90-degree symmetry."""
+    return (angle + math.pi / 4) % (math.pi / 2) - math.pi / 4
+
+
+def _pose(signals: dict[str, Any], name: str) -> tuple[np.ndarray, np.ndarray]:
+    for p in signals["object_poses"]:
+        if p["name"] == name:
+            return np.asarray(p["pos"], dtype=float), np.asarray(p["quat"], dtype=float)
+    raise KeyError(f"object {name!r} not in signals['object_poses']")
+
+
+def _contact_force(signals: dict[str, Any], a: str, b: str) -> float:
+    lo, hi = sorted((a, b))
+    return sum(c["normal_force"] for c in signals["contacts"] if c["a"] == lo and c["b"] == hi)
+
+
+# -- the scripted policy ------------------------------------------------------------------
+
+_TASK_OBJECT = {"Lift": "cube", "Stack": "cubeA", "PickPlaceCan": "Can"}
+_BOX_TASKS = ("Lift", "Stack")  # objects with 90-degree yaw symmetry: align the gripper to them
+
+
+class ScriptedPolicy:
+    """State-machine policy for Lift, Stack and PickPlaceCan with a given Skill."""
+
+    def __init__(self, skill: Skill, name: str = "scripted"):
+        self.skill = skill
+        self.name = name
+        self._spec: ScenarioSpec | None = None
+
+    # -- episode setup ----------------------------------------------------------------
+    def reset(self, seed: int, spec: ScenarioSpec) -> None:
+        if spec.env_name not in _TASK_OBJECT:
+            raise UnknownPolicy(f"{self.name} has no script for env {spec.env_name!r}")
+        sk = self.skill
+        # Decorrelated from the env's own use of the same seed.
+        self._rng = np.random.default_rng([int(seed), 0x5EA])
+        self._spec = spec
+        self._object = _TASK_OBJECT[spec.env_name]
+        self._pick_bias = np.append(self._rng.normal(0.0, sk.target_noise_m, 2), 0.0)
+        self._place_bias = np.append(self._rng.normal(0.0, sk.target_noise_m, 2), 0.0)
+        j = sk.timing_jitter
+        self._close_steps = max(1, round(CLOSE_STEPS * self._rng.uniform(1 - j, 1 + j)))
+        self._open_steps = max(1, round(OPEN_STEPS * self._rng.uniform(1 - j, 1 + j)))
+        self._descend_tol = Z_TOL_M / sk.precision * self._rng.uniform(1.0, 1.0 + 3.0 * j)
+        self._xy_tol = XY_TOL_M / sk.precision
+        self._z_tol = Z_TOL_M / sk.precision
+        self._phase = "approach"
+        self._phase_steps = 0
+        self._start_quat: np.ndarray | None = None
+        self._yaw_offset = 0.0
+        self._lift_z: float | None = None
+        self._retreat_z: float | None = None
+
+    def _goto(self, phase: str) -> None:
+        self._phase = phase
+        self._phase_steps = 0
+
+    # -- control helpers --------------------------------------------------------------
+    def _move(self, eef: np.ndarray, target: np.ndarray, cap: float = 1.0) -> np.ndarray:
+        return np.clip(POS_GAIN * self.skill.precision * (target - eef), -cap, cap)
+
+    def _rotate(self, quat: np.ndarray) -> np.ndarray:
+        desired = _qmul(_zrot(self._yaw_offset), self._start_quat)
+        err = _rotvec(_qmul(desired, _qconj(quat)))
+        return np.clip(ROT_GAIN * self.skill.precision * err, -1.0, 1.0)
+
+    def _aligned(self, quat: np.ndarray) -> bool:
+        desired = _qmul(_zrot(self._yaw_offset), self._start_quat)
+        return float(np.linalg.norm(_rotvec(_qmul(desired, _qconj(quat))))) < ALIGN_TOL_RAD / self.skill.precision
+
+    # -- act --------------------------------------------------------------------------
+    def act(self, obs: dict[str, Any], signals: dict[str, Any]) -> np.ndarray:
+        if self._spec is None:
+            raise RuntimeError(f"{self.name}.act() before reset()")
+        eef = np.asarray(signals["eef_pos"], dtype=float)
+        quat = np.asarray(signals["eef_quat"], dtype=float)
+        if self._start_quat is None:
+            self._start_quat = quat.copy()
+        obj_pos, obj_quat = _pose(signals, self._object)
+        believed = obj_pos + self._pick_bias
+        if self._spec.env_name in _BOX_TASKS and self._phase == "approach":
+            # Turn the fingers square to the box: the relative yaw, modulo the box's symmetry.
+            self._yaw_offset = _wrap_quarter(_yaw(obj_quat) - _yaw(self._start_quat) - math.pi / 2)
+        self._phase_steps += 1
+        timeout = self._phase_steps > PHASE_TIMEOUT_STEPS
+        pos_a = np.zeros(3)
+        grip = GRIP_OPEN
+        phase = self._phase
+
+        if phase == "approach":
+            target = believed + np.array([0.0, 0.0, HOVER_M])
+            pos_a = self._move(eef, target)
+            err = target - eef
+            if (np.linalg.norm(err[:2]) < self._xy_tol and abs(err[2]) < 2 * self._z_tol
+                    and self._aligned(quat)) or timeout:
+                self._goto("descend")
+        elif phase == "descend":
+            target = believed + np.array([0.0, 0.0, GRASP_DZ_M])
+            pos_a = self._move(eef, target)
+            if abs(target[2] - eef[2]) < self._descend_tol or timeout:
+                self._goto("close")
+        elif phase == "close":
+            target = believed + np.array([0.0, 0.0, GRASP_DZ_M])
+            pos_a = self._move(eef, target)
+            grip = GRIP_CLOSE
+            if self._phase_steps >= self._close_steps:
+                self._lift_z = eef[2] + (LIFT_M if self._spec.env_name == "Lift"
+                                         else CARRY_CLEARANCE_M + max(0.0, self._goal(obs)[2] - eef[2]))
+                self._goto("lift")
+        elif phase == "lift":
+            grip = GRIP_CLOSE
+            target = np.array([eef[0], eef[1], self._lift_z])
+            pos_a = self._move(eef, target)
+            if self._spec.env_name != "Lift" and (abs(self._lift_z - eef[2]) < 2 * self._z_tol or timeout):
+                self._goto("carry")
+        elif phase == "carry":
+            # From here on the object is steered, not the hand: it hangs at a fixed offset.
+            grip = GRIP_CLOSE
+            goal = self._goal(obs) + self._place_bias
+            err = np.array([goal[0] - obj_pos[0], goal[1] - obj_pos[1], self._lift_z - eef[2]])
+            pos_a = self._move(np.zeros(3), err)
+            if np.linalg.norm(err[:2]) < 2 * self._xy_tol or timeout:
+                self._goto("lower")
+        elif phase == "lower":
+            grip = GRIP_CLOSE
+            goal = self._goal(obs) + self._place_bias
+            if self._spec.env_name == "Stack":
+                # Lower until cubeA touches cubeB, aiming a little below where it would rest.
+                pos_a = self._move(obj_pos, goal - np.array([0.0, 0.0, 0.02]), cap=LOWER_SPEED)
+                if _contact_force(signals, "cubeA", "cubeB") > TOUCH_FORCE_N or timeout:
+                    self._goto("release")
+            else:
+                target = goal + np.array([0.0, 0.0, PLACE_DZ_M])
+                pos_a = self._move(obj_pos, target)
+                if abs(target[2] - obj_pos[2]) < 2 * self._z_tol or timeout:
+                    self._goto("release")
+        elif phase == "release":
+            grip = GRIP_OPEN
+            if self._phase_steps >= self._open_steps:
+                self._retreat_z = eef[2] + CARRY_CLEARANCE_M
+                self._goto("retreat")
+        elif phase == "retreat":
+            grip = GRIP_OPEN
+            pos_a = self._move(eef, np.array([eef[0], eef[1], self._retreat_z]))
+
+        action = np.concatenate([pos_a, self._rotate(quat), [grip]])
+        if self.skill.action_noise > 0:
+            action = action + self._rng.normal(0.0, self.skill.action_noise, ACTION_DIM)
+        return np.clip(action, -1.0, 1.0)
+
+    def _goal(self, obs: dict[str, Any]) -> np.ndarray:
+        return np.asarray(obs["goal_pos"], dtype=float)
+
+    @property
+    def phase(self) -> str:
+        """The current state of the machine (for tests and debugging)."""
+        return self._phase
+
+
+class OracleScripted(ScriptedPolicy):
+    """The scripted policy with perfect skill: exact privileged poses, no noise, full gain."""
+
+    def __init__(self, name: str = "oracle"):
+        super().__init__(SKILLS["oracle"], name=name)
+
+
+POLICY_KINDS = ("oracle", "scripted")
+
+# Registered policies by name: a factory each, so every caller gets a fresh instance.
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "oracle": lambda: OracleScripted(),
+    "scripted-expert": lambda: ScriptedPolicy(SKILLS["expert"], name="scripted-expert"),
+    "scripted-novice": lambda: ScriptedPolicy(SKILLS["novice"], name="scripted-novice"),
+    "scripted-clumsy": lambda: ScriptedPolicy(SKILLS["clumsy"], name="scripted-clumsy"),
+}
+
+
+def make_policy(name: str) -> Policy:
+    """A fresh instance of a registered policy."""
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise UnknownPolicy(f"no policy registered as {name!r}; known: {sorted(POLICIES)}") from None
+    return factory()
