@@ -1,0 +1,155 @@
+"""The faust-streaming application: failure detection and failure clustering.
+
+    faust -A streams.app worker -l info          # the edge: settings from SEPA_* / --config file
+
+    app = make_app(StreamsConfig(bootstrap_servers="127.0.0.1:9092"))   # in code and tests
+
+``make_app`` builds an app from a frozen ``StreamsConfig`` and reads nothing else. The module
+attribute ``app`` (what ``faust -A streams.app`` looks up) is built on first access from
+``infra.settings.load_settings()`` (the one place that reads the environment) and the broker it
+resolves (``SEPA_BOOTSTRAP_SERVERS``, or the embedded broker started by ``sepa-eval up``); importing
+this module alone reads nothing and connects to nothing.
+
+Faust settings that matter here (see /work/shared/notes/platform-facts.md):
+- ``broker_session_timeout=6``: against Tansu a worker otherwise takes ~30 s to start.
+- ``processing_guarantee``: "at_least_once" by default; "exactly_once" is selectable but fails at
+  startup against Tansu (aiokafka's InitProducerId v0), so use it only with Apache Kafka.
+- Topics are raw bytes (``value_serializer="raw"``); we decode with schemas.codec ourselves.
+  Faust declares no topics (``topic_allow_declare=False``, no leader topic): the catalog's topics
+  come from ``infra.kafka_clients.ensure_topics`` with their partition counts.
+- The clusterer is global state: run it in exactly one worker (``run_clusterer=True`` in one
+  process only). The detector scales with rollout partitions: rollout.steps and rollout.episodes
+  are both keyed by episode_id with the same partition count, so an episode's events co-locate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import faust
+
+from schemas.catalog import BY_NAME
+from schemas.codec import Codec
+from streams.exceptions import ConfigError
+from streams.failures.agents import Batching, register_clusterer, register_detector
+from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
+from streams.failures.collector import ClusterStage, CollectorConfig
+from streams.failures.detector import DetectorConfig
+from streams.failures.embedding import EmbeddingConfig
+from streams.failures.router import DetectorStage, RouterConfig
+from streams.failures.summaries import FeatureDescriber, LlmSummarizer
+
+GUARANTEES = ("at_least_once", "exactly_once")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamsConfig:
+    bootstrap_servers: str  # host:port[,host:port...]
+    topic_prefix: str = "sepa."
+    app_id: str = "sepa-streams"  # faust app id = Kafka consumer group
+    run_id: str = "streams"  # envelope run_id of the events this app emits
+    processing_guarantee: str = "at_least_once"  # or "exactly_once" (Apache Kafka only)
+    broker_session_timeout_s: float = 6.0  # Tansu joins a group in ~max(1 s, timeout / 2), s
+    data_dir: Path = Path("eval_memory/faust")  # faust's local data directory
+    web_enabled: bool = False  # faust's HTTP stats server (port 6066 per worker)
+    batch_max: int = 1000  # events per agent batch
+    batch_within_s: float = 0.2  # wait at most this long to fill a batch, s
+    tick_interval_s: float = 1.0  # time-based work (overdue ends, settled episodes), s
+    stats_interval_s: float = 30.0  # stage counters are logged this often when they changed, s
+    run_detector: bool = True
+    run_clusterer: bool = True  # in exactly one worker
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    clusterer: ClustererConfig = field(default_factory=ClustererConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers or any(not h.strip() for h in self.bootstrap_servers.split(",")):
+            raise ConfigError(f"StreamsConfig.bootstrap_servers must be host:port[,host:port], "
+                              f"got {self.bootstrap_servers!r}")
+        if self.processing_guarantee not in GUARANTEES:
+            raise ConfigError(f"StreamsConfig.processing_guarantee must be one of {GUARANTEES}, "
+                              f"got {self.processing_guarantee!r}")
+        if not self.broker_session_timeout_s > 0:
+            raise ConfigError(f"StreamsConfig.broker_session_timeout_s must be > 0, "
+                              f"got {self.broker_session_timeout_s!r}")
+        if not isinstance(self.batch_max, int) or self.batch_max < 1:
+            raise ConfigError(f"StreamsConfig.batch_max must be an integer >= 1, got {self.batch_max!r}")
+        for name in ("batch_within_s", "tick_interval_s", "stats_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"StreamsConfig.{name} must be > 0, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_settings(cls, settings, bootstrap_servers: str, **overrides) -> StreamsConfig:
+        """From the project's Settings (infra.settings) and a resolved broker."""
+        return cls(bootstrap_servers=bootstrap_servers, topic_prefix=settings.topic_prefix,
+                   broker_session_timeout_s=settings.session_timeout_ms / 1000.0,
+                   data_dir=settings.memory_dir / "faust", **overrides)
+
+
+def _raw_topic(app: faust.App, *names: str):
+    return app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+
+
+def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.App:
+    """A faust app running the failure agents ``config`` enables. ``llm`` (optional) rewrites
+    cluster summaries with a language model; it is built by the caller, never from the environment."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)  # faust does not create its parent
+    app = faust.App(
+        config.app_id,
+        broker=[f"kafka://{h.strip()}" for h in config.bootstrap_servers.split(",")],
+        broker_session_timeout=config.broker_session_timeout_s,
+        processing_guarantee=config.processing_guarantee,
+        datadir=str(config.data_dir),
+        web_enabled=config.web_enabled,
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        store="memory://",
+        autodiscover=False,
+    )
+    prefix = config.topic_prefix
+    codec = Codec()
+    batching = Batching(config.batch_max, config.batch_within_s, config.tick_interval_s, config.stats_interval_s)
+
+    def full(name: str) -> str:
+        return BY_NAME[name].full_name(prefix)
+
+    outputs = {name: _raw_topic(app, full(name)) for name in ("failures.moments", "failures.clusters", "deadletter")}
+    if config.run_detector:
+        stage = DetectorStage(config.detector, config.router, prefix, config.run_id, codec=codec)
+        register_detector(app, _raw_topic(app, full("rollout.steps"), full("rollout.episodes")), outputs, stage,
+                          batching)
+        app.failure_detector_stage = stage
+    if config.run_clusterer:
+        clusterer = OnlineFailureClusterer(config.clusterer, FeatureDescriber(config.embedding), config.run_id)
+        stage = ClusterStage(clusterer, config.embedding, config.collector, prefix, config.run_id, codec=codec,
+                             want_llm_summaries=llm is not None)
+        register_clusterer(app, _raw_topic(app, full("failures.moments"), full("rollout.episodes")), outputs,
+                           stage, batching, llm)
+        app.failure_cluster_stage = stage
+    return app
+
+
+def app_from_environment() -> faust.App:
+    """The edge: settings from the environment / config file, broker resolved like the CLI does."""
+    from infra.processes import resolve_bootstrap
+    from infra.settings import load_settings
+
+    settings = load_settings()
+    return make_app(StreamsConfig.from_settings(settings, resolve_bootstrap(settings)))
+
+
+_app: faust.App | None = None
+
+
+def __getattr__(name: str):
+    """``streams.app.app`` is built on first access (``faust -A streams.app`` asks for it)."""
+    global _app
+    if name == "app":
+        if _app is None:
+            _app = app_from_environment()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,113 @@
+"""Decoding at the edge of every stream processor, and the dead letters for what cannot be decoded.
+
+    intake = Intake(Codec(), consumer="failure-detector", run_id="streams")
+    event, dead = intake.decode(raw)          # exactly one of them is None
+    dead = intake.dead_letter(raw, reason)    # for an event decoded fine but refused later
+
+A message is refused when it is not a framed Avro event of its topic's event types, or when a
+physical signal is not finite (``schemas.codec.require_finite`` on the top-level fields, and here
+also inside nested records: object poses, contacts, quality). The refused message is kept whole in
+a DeadLetter event (schemas/avro/DeadLetter.avsc) with its topic, partition, offset, key and the
+reason; its event id derives from (topic, partition, offset, consumer), so a re-processed
+message dead-letters once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from schemas.catalog import Topic
+from schemas.codec import Codec, require_finite
+from schemas.events import make_event
+from schemas.exceptions import SchemaError
+
+
+class RawMessage(NamedTuple):
+    """One consumed Kafka message, as the agent received it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Outgoing(NamedTuple):
+    """One message to publish: catalog topic name (unprefixed), key, Confluent-framed value."""
+
+    topic: str
+    key: bytes
+    value: bytes
+
+
+def _first_non_finite(value, path: str) -> str | None:
+    """Path of the first NaN/inf float in nested dicts and lists, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _first_non_finite(v, f"{path}.{k}")
+            if found:
+                return found
+    elif isinstance(value, list) and value:
+        if isinstance(value[0], float):
+            try:
+                if math.isfinite(sum(value)):  # one C-level pass; only a NaN/inf (or overflow) fails it
+                    return None
+            except TypeError:
+                pass
+        for i, v in enumerate(value):
+            found = _first_non_finite(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _nested_non_finite(event: dict, event_type: str) -> str | None:
+    """Like require_finite, inside nested records (object poses, contacts, quality, scenario)."""
+    for name, value in event.items():
+        if name == "envelope":
+            continue
+        if isinstance(value, dict) or (isinstance(value, list) and value and isinstance(value[0], dict)):
+            found = _first_non_finite(value, f"{event_type}.{name}")
+            if found:
+                return found
+    return None
+
+
+class Intake:
+    """Decodes consumed messages for one consumer; builds its dead letters."""
+
+    def __init__(self, codec: Codec, consumer: str, run_id: str, expected: dict[str, Topic] | None = None):
+        self.codec = codec
+        self.consumer = consumer
+        self.run_id = run_id
+        self.expected = expected or {}  # full topic name -> catalog topic (its event types)
+        self.dead = 0
+
+    def decode(self, raw: RawMessage) -> tuple[dict | None, dict | None]:
+        try:
+            event = self.codec.decode(raw.value)
+            require_finite(event)
+        except SchemaError as exc:
+            return None, self.dead_letter(raw, str(exc))
+        event_type = event["envelope"]["event_type"]
+        topic = self.expected.get(raw.topic)
+        if topic is not None and event_type not in topic.event_types:
+            return None, self.dead_letter(raw, f"{event_type} does not belong on {raw.topic} "
+                                               f"(expects {', '.join(topic.event_types)})")
+        bad = _nested_non_finite(event, event_type)
+        if bad:
+            return None, self.dead_letter(raw, f"{event_type} {event['envelope']['event_id']}: {bad} is not finite")
+        return event, None
+
+    def dead_letter(self, raw: RawMessage, reason: str) -> dict:
+        self.dead += 1
+        return make_event("DeadLetter", (raw.topic, raw.partition, raw.offset, self.consumer), self.consumer,
+                          self.run_id, source_topic=raw.topic, source_partition=int(raw.partition),
+                          source_offset=int(raw.offset), source_key=raw.key, original=raw.value or b"",
+                          reason=reason[:2000], consumer=self.consumer)
+
+    def encode_dead(self, dead: dict) -> Outgoing:
+        return Outgoing("deadletter", dead["source_topic"].encode(), self.codec.encode(dead))

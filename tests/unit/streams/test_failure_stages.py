@@ -1,0 +1,300 @@
+"""The agents' pure cores, fed Confluent-framed bytes as the broker would deliver them: routing to
+per-episode detectors, dead letters, out-of-order arrival, and gathering failed episodes for
+clustering. No broker."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+from failure_traces import Scene, clean_lift, ended
+
+from producers.synthetic import scenario as synthetic_scenario
+from schemas.codec import Codec
+from schemas.events import make_event
+from streams.deadletter import RawMessage
+from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
+from streams.failures.collector import ClusterStage, CollectorConfig
+from streams.failures.detector import DetectorConfig
+from streams.failures.embedding import EmbeddingConfig, feature_names
+from streams.failures.router import DetectorStage, RouterConfig
+from streams.failures.summaries import FeatureDescriber, LlmSummarizer
+
+PREFIX = "t."
+CODEC = Codec()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def started(scene: Scene, scenario: dict | None = None) -> dict:
+    spec = scenario or synthetic_scenario(0)
+    return make_event("EpisodeStarted", (scene.episode_id,), "test", scene.run_id, episode_id=scene.episode_id,
+                      request_id=None, benchmark="robosuite", task="Lift", scenario_id="scn-1", scenario=spec,
+                      instruction="lift", model_id="model-1", model_version="1", seed=1)
+
+
+class Wire:
+    """Frames events into RawMessages with increasing offsets per topic."""
+
+    def __init__(self):
+        self.offsets: dict[str, int] = {}
+
+    def raw(self, topic: str, key: str, value: bytes) -> RawMessage:
+        offset = self.offsets.get(topic, 0)
+        self.offsets[topic] = offset + 1
+        return RawMessage(PREFIX + topic, 0, offset, key.encode(), value)
+
+    def event(self, event: dict) -> RawMessage:
+        et = event["envelope"]["event_type"]
+        topic = {"Step": "rollout.steps", "EpisodeStarted": "rollout.episodes", "EpisodeEnded": "rollout.episodes",
+                 "FailureMoment": "failures.moments"}[et]
+        return self.raw(topic, event["episode_id"], CODEC.encode(event))
+
+
+def detector_stage(clock=None, **router) -> DetectorStage:
+    return DetectorStage(DetectorConfig(), RouterConfig(**router), PREFIX, "run-s", clock=clock or Clock())
+
+
+def decoded(outgoing) -> list[tuple[str, bytes, dict]]:
+    return [(o.topic, o.key, CODEC.decode(o.value)) for o in outgoing]
+
+
+def slip_scene(episode_id="ep-1") -> Scene:
+    return Scene(episode_id=episode_id).approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5).hold(3)
+
+
+# -- detector stage --------------------------------------------------------------------------------
+
+def test_moments_are_published_keyed_by_episode_as_soon_as_their_step_arrives():
+    scene = slip_scene()
+    wire, stage = Wire(), detector_stage()
+    out = stage.process([wire.event(started(scene))])
+    per_step = []
+    for step in scene.steps:
+        per_step.append(decoded(stage.process([wire.event(step)])))
+    out += stage.process([wire.event(ended(scene, success=False))])
+    slip_step = next(i for i, o in enumerate(per_step) if o)
+    assert [(t, k, e["failure_type"]) for t, k, e in per_step[slip_step]] == [("failures.moments", b"ep-1", "slip")]
+    assert [e["failure_type"] for _, _, e in decoded(out)] == ["timeout"]
+    assert stage.episodes == {} and stage.stats["finished"] == 1
+
+
+def test_undecodable_and_non_finite_messages_are_dead_lettered_and_the_episode_goes_on():
+    scene = slip_scene()
+    wire, stage = Wire(), detector_stage()
+    garbage = wire.raw("rollout.steps", "ep-1", b"\x00\x00\x00\x00\x07not avro")
+    nan_top = copy.deepcopy(scene.steps[3])
+    nan_top["gripper_force"] = math.nan
+    nan_nested = copy.deepcopy(scene.steps[4])
+    nan_nested["object_poses"][0]["pos"][2] = math.inf
+    wrong_topic = wire.raw("rollout.steps", "ep-1", CODEC.encode(started(scene)))
+    messages = [wire.event(started(scene))] + [wire.event(s) for s in scene.steps[:3]]
+    messages += [garbage, wire.event(nan_top), wire.event(nan_nested), wrong_topic]
+    messages += [wire.event(s) for s in scene.steps[5:]] + [wire.event(ended(scene, success=False))]
+    out = decoded(stage.process(messages))
+    dead = [e for topic, _, e in out if topic == "deadletter"]
+    assert len(dead) == 4
+    assert all(d["consumer"] == "failure-detector" and d["source_topic"] == "t.rollout.steps" for d in dead)
+    assert dead[0]["original"] == garbage.value and dead[0]["source_offset"] == garbage.offset
+    assert dead[0]["source_key"] == b"ep-1"
+    assert "gripper_force" in dead[1]["reason"]
+    assert "object_poses[0].pos[2]" in dead[2]["reason"]
+    assert "does not belong" in dead[3]["reason"]
+    moments = [e["failure_type"] for topic, _, e in out if topic == "failures.moments"]
+    assert moments == ["slip", "drop", "timeout"]  # steps 3 and 4 were lost, the rest analysed
+
+
+def test_steps_before_their_start_are_buffered_and_an_early_end_waits_for_the_last_steps():
+    scene = slip_scene()
+    in_order = detector_stage()
+    wire = Wire()
+    expected = decoded(in_order.process([wire.event(started(scene))] + [wire.event(s) for s in scene.steps]
+                                        + [wire.event(ended(scene, success=False))]))
+    clock = Clock()
+    stage = detector_stage(clock)
+    wire = Wire()
+    half = len(scene.steps) // 2
+    out = stage.process([wire.event(s) for s in scene.steps[:half]])  # the start is late
+    assert out == []
+    out += stage.process([wire.event(started(scene)), wire.event(ended(scene, success=False))])  # end is early
+    out += stage.process([wire.event(s) for s in scene.steps[half:]])
+    assert [(k, e["envelope"]["event_id"]) for _, k, e in decoded(out)] == \
+        [(k, e["envelope"]["event_id"]) for _, k, e in expected]
+
+
+def test_an_end_whose_last_steps_never_come_is_finished_after_the_grace_period():
+    scene = slip_scene()
+    clock = Clock()
+    stage = detector_stage(clock, end_grace_s=10.0)
+    wire = Wire()
+    stage.process([wire.event(started(scene))] + [wire.event(s) for s in scene.steps[:-5]])
+    assert stage.process([wire.event(ended(scene, success=False))]) == []
+    clock.now += 9.0
+    assert stage.tick() == []
+    clock.now += 2.0
+    assert [e["failure_type"] for _, _, e in decoded(stage.tick())] == ["timeout"]
+    assert stage.stats["ended_with_missing_steps"] == 1
+
+
+def test_an_episode_joined_mid_way_is_not_analysed_and_redelivery_adds_nothing():
+    scene = slip_scene()
+    wire, stage = Wire(), detector_stage()
+    out = stage.process([wire.event(s) for s in scene.steps[20:]] + [wire.event(ended(scene, success=False))])
+    assert out == [] and stage.stats["joined_late"] == 1 and stage.stats["not_analysed"] == 1
+    full = Scene(episode_id="ep-2").approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5)
+    msgs = [wire.event(started(full))] + [wire.event(s) for s in full.steps] + \
+        [wire.event(ended(full, success=False))]
+    first = stage.process(msgs)
+    assert len(first) == 3
+    assert stage.process(msgs) == []  # at-least-once re-delivery of the whole episode
+    assert stage.stats["after_finish"] == len(msgs)
+
+
+def test_idle_episodes_without_an_end_are_dropped():
+    clock = Clock()
+    stage = detector_stage(clock, idle_timeout_s=60.0)
+    wire = Wire()
+    stage.process([wire.event(s) for s in Scene().hold(3).steps])
+    clock.now += 61.0
+    assert stage.tick() == [] and stage.episodes == {} and stage.stats["idle_dropped"] == 1
+
+
+# -- cluster stage -------------------------------------------------------------------------------
+
+def cluster_stage(clock, **collector) -> ClusterStage:
+    ecfg = EmbeddingConfig()
+    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=10), FeatureDescriber(ecfg), "run-s")
+    return ClusterStage(clusterer, ecfg, CollectorConfig(**collector), PREFIX, "run-s", clock=clock)
+
+
+def episode_messages(wire: Wire, scene: Scene, success: bool) -> tuple[list, list]:
+    """(rollout.episodes messages, failures.moments messages) for one episode, via the detector."""
+    stage = detector_stage()
+    w = Wire()
+    out = stage.process([w.event(started(scene))] + [w.event(s) for s in scene.steps]
+                        + [w.event(ended(scene, success=success))])
+    moments = [wire.raw("failures.moments", scene.episode_id, o.value) for o in out if o.topic == "failures.moments"]
+    return [wire.event(started(scene)), wire.event(ended(scene, success=success))], moments
+
+
+def test_timeout_failures_are_embedded_once_their_timeout_moment_is_in_whatever_the_arrival_order():
+    clock = Clock()
+    stage = cluster_stage(clock)
+    wire = Wire()
+    out = []
+    for i in range(12):
+        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
+        # the detector lags behind the episodes topic for half of them (a backlog at start-up)
+        out += stage.process(episodes + moments if i % 2 else episodes[:1] + moments[:1] + episodes[1:])
+        if i % 2 == 0:
+            assert stage.stats["embedded"] == i  # its end is in, its timeout moment is not: it waits
+            out += stage.process(moments[1:])
+        ok_episodes, _ = episode_messages(wire, clean_lift(Scene(episode_id=f"ok-{i}")), success=True)
+        out += stage.process(ok_episodes)
+    assert stage.stats["embedded"] == 12 and stage.stats["not_failures"] == 12 and stage.open == {}
+    assert stage.stats["late_moments"] == 0
+    events = decoded(out)
+    assert all(topic == "failures.clusters" and key == e["cluster_id"].encode() for topic, key, e in events)
+    updated = [e for _, _, e in events if e["envelope"]["event_type"] == "ClusterUpdated"]
+    assigned = [e for _, _, e in events if e["envelope"]["event_type"] == "ClusterAssigned"]
+    assert len(updated) == 1 and updated[0]["dominant_failure_type"] == "slip" and updated[0]["size"] == 10
+    # 10 assigned by the re-clustering at the 10th add, the last 2 at once: their micro-cluster has a cluster
+    assert sorted(e["episode_id"] for e in assigned) == sorted(f"slip-{i}" for i in range(12))
+    slip_dim = feature_names().index("type:slip")
+    assert all(e["embedding"][slip_dim] > 0 for e in assigned)  # every moment was in when embedded
+    clock.now += CollectorConfig().recluster_interval_s
+    assert stage.tick() == [] and stage.clusterer.pending == 0
+
+
+def test_other_failures_settle_after_their_last_moment_and_later_moments_are_counted_late():
+    clock = Clock()
+    stage = cluster_stage(clock, settle_s=5.0)
+    wire = Wire()
+    scene = Scene().approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5)
+    episodes, moments = episode_messages(wire, scene, success=False)
+    end = ended(scene, success=False, termination="policy_error")
+    stage.process([episodes[0], wire.event(end), moments[0]])  # slip
+    clock.now += 4.0
+    stage.process([moments[1]])  # drop, 4 s later: the wait restarts
+    clock.now += 4.0
+    stage.tick()
+    assert stage.stats["embedded"] == 0
+    clock.now += 1.0
+    stage.tick()
+    assert stage.stats["embedded"] == 1
+    stage.process([wire.raw("failures.moments", "ep-1", moments[0].value)])
+    assert stage.stats["late_moments"] == 1
+
+
+def test_cluster_stage_dead_letters_garbage_as_the_clusterer():
+    clock = Clock()
+    stage = cluster_stage(clock)
+    wire = Wire()
+    out = decoded(stage.process([wire.raw("failures.moments", "x", b"junk")]))
+    assert [(t, e["consumer"], e["source_topic"]) for t, _, e in out] == \
+        [("deadletter", "failure-clusterer", "t.failures.moments")]
+
+
+def test_llm_summaries_are_requested_off_the_loop_and_published_for_the_current_revision():
+    from test_failure_clusterer import FakeChat
+
+    clock = Clock()
+    ecfg = EmbeddingConfig()
+    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=10), FeatureDescriber(ecfg), "run-s")
+    stage = ClusterStage(clusterer, ecfg, CollectorConfig(settle_s=0.0), PREFIX, "run-s", clock=clock,
+                         want_llm_summaries=True)
+    wire = Wire()
+    for i in range(10):
+        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
+        stage.process(episodes + moments)
+    (request,) = stage.take_summary_requests()
+    llm = LlmSummarizer(FakeChat("Lifted cubes slip out of the closed gripper and fall."), model="m")
+    message = stage.llm_summary(request, llm.summarize(request.stats, request.feature_summary))
+    event = CODEC.decode(message.value)
+    assert event["summary_source"] == "llm" and event["cluster_id"] == request.cluster_id
+    assert event["envelope"]["event_id"] != ""
+    for i in range(10, 20):  # the cluster changes: the old request is stale
+        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
+        stage.process(episodes + moments)
+    assert stage.llm_summary(request, "stale") is None
+
+
+@pytest.mark.parametrize("field,value", [("settle_s", -1.0), ("max_open_episodes", 0)])
+def test_collector_config_refuses_bad_values(field, value):
+    from streams.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        CollectorConfig(**{field: value})
+
+
+def test_a_quiet_stream_is_reclustered_after_the_interval():
+    clock = Clock()
+    stage = cluster_stage(clock, settle_s=0.0, recluster_interval_s=30.0)
+    wire = Wire()
+    for i in range(5):  # fewer than recluster_every
+        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
+        assert stage.process(episodes + moments) == []
+    assert stage.clusterer.pending == 5
+    clock.now += 30.0
+    events = [e for _, _, e in decoded(stage.tick())]
+    assert sorted(e["envelope"]["event_type"] for e in events) == ["ClusterAssigned"] * 5 + ["ClusterUpdated"]
+
+
+def test_a_step_the_detector_cannot_read_is_dead_lettered_not_fatal():
+    scene = slip_scene()
+    wire, stage = Wire(), detector_stage()
+    broken = copy.deepcopy(scene.steps[2])
+    broken["object_poses"] = [{"name": "cube", "pos": [0.0], "quat": [0.0, 0.0, 0.0, 1.0]}]  # schema-valid, 1-d
+    messages = [wire.event(started(scene))] + [wire.event(s) for s in scene.steps[:2]] + [wire.event(broken)]
+    messages += [wire.event(s) for s in scene.steps[3:]] + [wire.event(ended(scene, success=False))]
+    out = decoded(stage.process(messages))
+    dead = [e for topic, _, e in out if topic == "deadletter"]
+    assert len(dead) == 1 and "IndexError" in dead[0]["reason"] and dead[0]["source_offset"] == 2
+    assert [e["failure_type"] for t, _, e in out if t == "failures.moments"] == ["slip", "drop", "timeout"]
