@@ -19,7 +19,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import typer
@@ -225,31 +224,121 @@ def report(ctx: typer.Context, output: Path | None = typer.Option(None, help="wr
         print(text)
 
 
+BASE_INSTRUCTIONS = {"Lift": "lift the cube", "Stack": "stack the red cube on the green cube",
+                     "PickPlaceCan": "put the can in its bin"}
+
+
+def _scenario(env: str, scenario_file: Path | None, horizon: int) -> dict:
+    from producers.sim.scenario import ScenarioSpec
+
+    if scenario_file is not None:
+        return ScenarioSpec.from_dict(json.loads(scenario_file.read_text())).to_dict()
+    if env not in BASE_INSTRUCTIONS:
+        raise ValueError(f"--env must be one of {sorted(BASE_INSTRUCTIONS)}, got {env!r}")
+    return ScenarioSpec(env_name=env, horizon=horizon, instruction=BASE_INSTRUCTIONS[env]).to_dict()
+
+
+@app.command("sync-models")
+def sync_models(ctx: typer.Context,
+                models_file: Path | None = typer.Option(None, help="default: the built-in models.yaml")):
+    """Publish a ModelRegistered event for every model in the registry file."""
+    from producers.sim.models import load_models
+    from schemas.events import make_event
+
+    settings = _settings(ctx)
+    try:
+        models = load_models(models_file) if models_file else load_models()
+        publisher = _publisher(settings, processes.resolve_bootstrap(settings))
+        for m in models:
+            publisher.publish(make_event("ModelRegistered", (m.model_id, m.version), "sync-models", "sync-models",
+                                         model_id=m.model_id, version=m.version, kind=m.kind,
+                                         description=m.description, params=m.params()))
+        publisher.flush()
+    except (InfraError, ProducerError, ValueError) as exc:
+        _fail(exc)
+    console.print(f"registered {len(models)} models: {', '.join(m.model_id for m in models)}")
+
+
 @app.command()
-def run(ctx: typer.Context, episodes: int = typer.Option(20, min=1), steps: int = typer.Option(100, min=1),
-        seed: int = typer.Option(0), timeout: float = typer.Option(120.0, help="seconds to wait for landing")):
-    """One pass of the loop on whatever runs: start it, feed it, wait until it landed, report."""
+def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id from models.yaml"),
+            env: str = typer.Option("Lift"), scenario_file: Path | None = typer.Option(None, "--scenario"),
+            episodes: int = typer.Option(5, min=1), seed: int = typer.Option(0), horizon: int = typer.Option(200),
+            keyframe_every: int = typer.Option(0, min=0), processes_: int = typer.Option(2, "--processes", min=1)):
+    """Run simulated episodes directly (no request topic) and publish their events."""
+    from producers.rollout_worker import RolloutPool, rollout_request
+
+    settings = _settings(ctx)
+    try:
+        bootstrap = processes.resolve_bootstrap(settings)
+        request = rollout_request(_scenario(env, scenario_file, horizon), model, list(range(seed, seed + episodes)),
+                                  keyframe_every=keyframe_every)
+        _publisher(settings, bootstrap).publish(request)
+        pool = RolloutPool(bootstrap, settings.topic_prefix, settings.memory_dir / "keyframes", processes_)
+        try:
+            with console.status(f"{episodes} episodes of {model} on {request['scenario_id']}"):
+                summaries = pool.run(request)
+        finally:
+            pool.close()
+    except (InfraError, ProducerError, ValueError, KeyError) as exc:
+        _fail(exc)
+    table = Table("seed", "episode", "termination", "steps")
+    for s in summaries:
+        table.add_row(str(s.seed), s.episode_id, s.termination, str(s.steps))
+    console.print(table)
+    successes = sum(s.success for s in summaries)
+    console.print(f"{model} on {request['scenario_id']}: {successes}/{len(summaries)} successes")
+
+
+@app.command("rollout-worker")
+def rollout_worker(ctx: typer.Context, processes_: int = typer.Option(2, "--processes", min=1)):
+    """Serve rollout.requests until interrupted."""
+    import signal
+
+    from producers.rollout_worker import RolloutPool, RolloutWorker
+
+    settings = _settings(ctx)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    bootstrap = processes.resolve_bootstrap(settings)
+    pool = RolloutPool(bootstrap, settings.topic_prefix, settings.memory_dir / "keyframes", processes_)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        RolloutWorker(pool, bootstrap, settings.topic_prefix, settings.session_timeout_ms).run(stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        pool.close()
+
+
+RUN_MODELS = ("oracle", "scripted-novice", "scripted-clumsy")
+
+
+@app.command()
+def run(ctx: typer.Context, episodes: int = typer.Option(4, min=1, help="episodes per model"),
+        env: str = typer.Option("Lift"), seed: int = typer.Option(0),
+        timeout: float = typer.Option(300.0, help="seconds to wait for the evidence to land")):
+    """The loop once on the embedded default: start it, register the models, evaluate each on a
+    simulated scenario, wait until every event landed in the evidence log, report."""
     settings = _settings(ctx)
     up(ctx)
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    synth(ctx, episodes=episodes, steps=steps, seed=seed, run_id=run_id)
+    sync_models(ctx, models_file=None)
+    for model in RUN_MODELS:
+        rollout(ctx, model=model, env=env, scenario_file=None, episodes=episodes, seed=seed, horizon=200,
+                keyframe_every=0, processes_=2)
     store = processes.open_store(settings)
-    expected = episodes * (steps + 2)
+    expected = len(RUN_MODELS) * episodes
     deadline = time.monotonic() + timeout
+    landed = 0
     with console.status("waiting for the evidence sink"):
         while time.monotonic() < deadline:
-            landed = int(store.query("SELECT count() FROM {database}.rollout_steps FINAL WHERE "
-                                     "envelope.run_id = {r:String}", {"r": run_id})[0][0])
-            landed += int(store.query("SELECT count() FROM {database}.rollout_episodes FINAL WHERE "
-                                      "envelope.run_id = {r:String}", {"r": run_id})[0][0])
+            landed = sum(s.episodes for s in scores(store) if s.model_id in RUN_MODELS)
             if landed >= expected:
                 break
             time.sleep(0.5)
     if landed < expected:
-        _fail(InfraError(f"only {landed} of {expected} events landed within {timeout}s; "
+        _fail(InfraError(f"only {landed} of {expected} episodes landed within {timeout}s; "
                          f"see {settings.run_dir / 'pipeline.log'}"))
-    out = settings.memory_dir / "report.md"
-    report(ctx, output=out)
+    report(ctx, output=settings.memory_dir / "report.md")
     console.print(f"state digest {state_digest(derived_state(store))}")
 
 

@@ -3,7 +3,7 @@ import pytest
 
 from producers.sim.envs import SIGNAL_KEYS
 from producers.sim.policies import OracleScripted
-from producers.sim.quality import execution_quality
+from producers.quality import execution_quality
 from producers.sim.rollout import SUCCESS_HOLD_STEPS, Episode, run_episode
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from producers.sim.quality import (
+from producers.quality import (
     QualityConfig,
     execution_quality,
     idle_steps,

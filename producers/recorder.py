@@ -1,0 +1,131 @@
+"""The recorder: turn any gym-style reset/step loop into SEPA-Eval events.
+
+Eval farms run their own simulators and policies; this is their API. The robosuite worker uses
+it too, so both publish the same events with the same guarantees (stable ids: re-running the
+same episode re-publishes identical facts, which the evidence log counts once).
+
+    identity = EpisodeIdentity(run_id="farm-7", benchmark="libero", task="libero_spatial/3",
+                               scenario=task_scenario("libero", "libero_spatial/3", "pick up the bowl", 300),
+                               model_id="my-vla", model_version="2.1", seed=0)
+    with EpisodeRecorder(publisher, identity, keyframes=KeyframeStore(path)) as rec:
+        obs = env.reset()
+        for t in range(horizon):
+            action = policy(obs)
+            obs, reward, done, info = env.step(action)
+            rec.step(action, signals_from(env), reward, success=info["success"])
+            if done: break
+        rec.end(success=info["success"], termination="success" if info["success"] else "timeout")
+
+``signals`` is a dict with the Step schema's signal fields (eef_pos, eef_quat, gripper_opening,
+gripper_force, object_poses, contacts, joint_torques, joint_pos, goal_distance, object_lift).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from producers.keyframes import KeyframeStore
+from producers.publisher import Publisher
+from producers.quality import execution_quality
+from schemas.events import make_event, stable_id
+
+TERMINATIONS = ("success", "timeout", "policy_error", "env_error", "aborted")
+SIGNAL_FIELDS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
+                 "joint_torques", "joint_pos", "goal_distance", "object_lift")
+
+
+def task_scenario(benchmark: str, task: str, instruction: str, horizon: int) -> dict:
+    """A ScenarioSpec record for a task that has no SEPA scenario (an eval farm's own benchmark)."""
+    content = {"benchmark": benchmark, "env_name": task, "robot": "", "horizon": horizon,
+               "instruction": instruction, "placement_x_range": [], "placement_y_range": [],
+               "pose_offset_xyz": [0.0, 0.0, 0.0], "object_friction": None, "object_mass": None,
+               "object_rgba": [], "object_size_scale": 1.0, "distractors": [], "seed": 0}
+    return {"scenario_id": "scn-" + stable_id(*sorted(content.items()))[:16], "parent_id": None, **content}
+
+
+@dataclass(frozen=True)
+class EpisodeIdentity:
+    run_id: str
+    benchmark: str
+    task: str
+    scenario: dict  # an Avro ScenarioSpec record
+    model_id: str
+    model_version: str
+    seed: int
+    request_id: str | None = None
+    producer: str = "recorder"
+
+    @property
+    def episode_id(self) -> str:
+        # No wall clock and no run id unless there is no request: the same request re-run
+        # (a redelivered rollout request) yields the same episode and the same events.
+        origin = self.request_id or self.run_id
+        return "ep-" + stable_id(self.scenario["scenario_id"], self.model_id, self.model_version, self.seed,
+                                 origin)[:24]
+
+
+@dataclass
+class EpisodeRecorder:
+    publisher: Publisher
+    identity: EpisodeIdentity
+    keyframes: KeyframeStore | None = None
+    _signals: list[dict] = field(default_factory=list)
+    _actions: list[list[float]] = field(default_factory=list)
+    _successes: list[bool] = field(default_factory=list)
+    _reward: float = 0.0
+    _ended: dict | None = None
+
+    def __enter__(self) -> EpisodeRecorder:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._ended is None:
+            error = f"{exc_type.__name__}: {exc}" if exc_type else "the episode was never ended"
+            self.end(success=False, termination="aborted", error=error)
+
+    def _event(self, event_type: str, key: tuple, **fields) -> dict:
+        ident = self.identity
+        return make_event(event_type, key, ident.producer, ident.run_id, **fields)
+
+    def start(self) -> None:
+        ident = self.identity
+        self.publisher.publish(self._event(
+            "EpisodeStarted", (ident.episode_id,), episode_id=ident.episode_id, request_id=ident.request_id,
+            benchmark=ident.benchmark, task=ident.task, scenario_id=ident.scenario["scenario_id"],
+            scenario=ident.scenario, instruction=ident.scenario["instruction"], model_id=ident.model_id,
+            model_version=ident.model_version, seed=ident.seed))
+
+    def step(self, action: Any, signals: dict, reward: float, success: bool = False,
+             keyframe: np.ndarray | None = None) -> None:
+        if self._ended is not None:
+            raise RuntimeError(f"episode {self.identity.episode_id} already ended")
+        t = len(self._actions)
+        action = [float(a) for a in np.asarray(action, dtype=float).ravel()]
+        sha = self.keyframes.put(keyframe) if keyframe is not None and self.keyframes else None
+        self._signals.append(signals)
+        self._actions.append(action)
+        self._successes.append(bool(success))
+        self._reward += float(reward)
+        episode_id = self.identity.episode_id
+        self.publisher.publish(self._event(
+            "Step", (episode_id, t), episode_id=episode_id, t=t, action=action, reward=float(reward),
+            keyframe_sha256=sha, **{name: signals[name] for name in SIGNAL_FIELDS}))
+
+    def end(self, success: bool, termination: str, error: str | None = None,
+            final_keyframe: np.ndarray | None = None) -> dict:
+        if termination not in TERMINATIONS:
+            raise ValueError(f"termination must be one of {TERMINATIONS}, got {termination!r}")
+        ident = self.identity
+        quality = execution_quality(self._signals, self._actions, self._successes)
+        sha = self.keyframes.put(final_keyframe) if final_keyframe is not None and self.keyframes else None
+        self._ended = self._event(
+            "EpisodeEnded", (ident.episode_id,), episode_id=ident.episode_id,
+            scenario_id=ident.scenario["scenario_id"], model_id=ident.model_id, success=bool(success),
+            termination=termination, steps=len(self._actions), total_reward=self._reward, quality=quality,
+            error=error, final_keyframe_sha256=sha)
+        self.publisher.publish(self._ended)
+        return self._ended
