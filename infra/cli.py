@@ -98,6 +98,7 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     settings = _settings(ctx)
     state = processes.RunState.read(settings)
     report: dict = {"memory_dir": str(settings.memory_dir), "broker": processes.broker_status(settings, state),
+                    "streams": {"pid": state.streams_pid if state.streams_alive else None},
                     "pipeline": {"pid": state.pipeline_pid if state.pipeline_alive else None,
                                  "store": state.store_url or settings.clickhouse_url or f"chdb://{settings.chdb_path}"}}
     try:
@@ -114,6 +115,9 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     pid = report["pipeline"]["pid"]
     console.print(f"pipeline {f'[green]pid {pid}[/green]' if pid else '[red]not running[/red]'}"
                   f"  store {report['pipeline']['store']}")
+    streams_pid = report["streams"]["pid"]
+    console.print(f"streams  {f'[green]pid {streams_pid}[/green]' if streams_pid else '[red]not running[/red]'}"
+                  " (failure detector + clusterer)")
     table = Table("evidence table", "events")
     for name, count in (report["evidence"].items() if "error" not in report["evidence"] else []):
         table.add_row(name, str(count))

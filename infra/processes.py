@@ -19,7 +19,7 @@ from consumers.evidence.store import ClickHouseStore, EvidenceStore, migrate
 from infra.embedded_broker import TansuBroker, broker_answers, pid_alive, stop_pid
 from infra.exceptions import BrokerError, PipelineError
 from infra.kafka_clients import ensure_topics
-from infra.settings import Settings
+from infra.settings import Settings, settings_environ
 
 PIPELINE_READY_TIMEOUT_S = 60.0
 
@@ -30,6 +30,7 @@ class RunState:
     bootstrap: str | None = None
     pipeline_pid: int | None = None
     store_url: str | None = None  # the pipeline's store endpoint (embedded store only)
+    streams_pid: int | None = None  # the faust worker: failure detection and clustering
 
     @classmethod
     def read(cls, settings: Settings) -> RunState:
@@ -45,6 +46,10 @@ class RunState:
     @property
     def broker_alive(self) -> bool:
         return self.broker_pid is not None and pid_alive(self.broker_pid)
+
+    @property
+    def streams_alive(self) -> bool:
+        return self.streams_pid is not None and pid_alive(self.streams_pid)
 
     @property
     def pipeline_alive(self) -> bool:
@@ -85,7 +90,26 @@ def up(settings: Settings) -> RunState:
     if not state.pipeline_alive:
         state.pipeline_pid, state.store_url = _start_pipeline(settings, bootstrap)
         state.write(settings)
+    if not state.streams_alive:
+        state.streams_pid = _start_streams_worker(settings, bootstrap)
+        state.write(settings)
     return state
+
+
+def _start_streams_worker(settings: Settings, bootstrap: str) -> int:
+    """`faust -A streams.app worker`, configured through SEPA_* like any other command."""
+    resolved = settings.model_copy(update={"bootstrap_servers": bootstrap,
+                                           "memory_dir": settings.memory_dir.resolve()})
+    with open(settings.run_dir / "streams.log", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "faust", "-A", "streams.app", "worker", "-l", "info"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=settings.run_dir, env={**os.environ, **settings_environ(resolved)})
+    time.sleep(0.5)
+    if process.poll() is not None:
+        raise PipelineError(f"the streams worker exited with code {process.returncode} at start; "
+                            f"see {settings.run_dir / 'streams.log'}")
+    return process.pid
 
 
 def _start_pipeline(settings: Settings, bootstrap: str) -> tuple[int, str | None]:
@@ -115,7 +139,10 @@ def _start_pipeline(settings: Settings, bootstrap: str) -> tuple[int, str | None
 def down(settings: Settings) -> list[str]:
     state = RunState.read(settings)
     stopped = []
-    # The pipeline first: it commits its last batch while the broker is still there.
+    # The consumers first: they commit their last batch while the broker is still there.
+    if state.streams_alive:
+        stop_pid(state.streams_pid, 30)
+        stopped.append(f"streams worker (pid {state.streams_pid})")
     if state.pipeline_alive:
         stop_pid(state.pipeline_pid, 30)
         stopped.append(f"pipeline (pid {state.pipeline_pid})")

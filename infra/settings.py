@@ -70,6 +70,13 @@ class Settings(BaseModel):
         return f"{self.topic_prefix}{name}"
 
 
+def settings_environ(settings: Settings) -> dict[str, str]:
+    """The SEPA_* variables that reproduce these settings in a child process (faust's CLI loads
+    its app from the environment, through load_settings)."""
+    return {f"SEPA_{name.upper()}": str(value) for name, value in settings.model_dump().items()
+            if value is not None}
+
+
 def load_settings(config_file: Path | None = None, environ: dict[str, str] | None = None,
                   **overrides) -> Settings:
     """The only place that reads the environment and the config file."""
