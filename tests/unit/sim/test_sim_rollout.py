@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
+from producers.quality import execution_quality
 from producers.sim.envs import SIGNAL_KEYS
 from producers.sim.policies import OracleScripted
-from producers.quality import execution_quality
 from producers.sim.rollout import SUCCESS_HOLD_STEPS, Episode, run_episode
 
 
