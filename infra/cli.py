@@ -228,18 +228,13 @@ def report(ctx: typer.Context, output: Path | None = typer.Option(None, help="wr
         print(text)
 
 
-BASE_INSTRUCTIONS = {"Lift": "lift the cube", "Stack": "stack the red cube on the green cube",
-                     "PickPlaceCan": "put the can in its bin"}
-
-
 def _scenario(env: str, scenario_file: Path | None, horizon: int) -> dict:
+    from producers.adapters import RobosuiteAdapter
     from producers.sim.scenario import ScenarioSpec
 
     if scenario_file is not None:
         return ScenarioSpec.from_dict(json.loads(scenario_file.read_text())).to_dict()
-    if env not in BASE_INSTRUCTIONS:
-        raise ValueError(f"--env must be one of {sorted(BASE_INSTRUCTIONS)}, got {env!r}")
-    return ScenarioSpec(env_name=env, horizon=horizon, instruction=BASE_INSTRUCTIONS[env]).to_dict()
+    return RobosuiteAdapter().base_scenario(env, horizon)
 
 
 @app.command("sync-models")

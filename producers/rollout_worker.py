@@ -22,13 +22,12 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from infra.kafka_clients import consumer_config, make_producer
+from producers.adapters import adapter_for
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
 from producers.recorder import EpisodeIdentity, EpisodeRecorder
-from producers.sim.envs import make_env
 from producers.sim.models import ModelConfig, load_models
 from producers.sim.rollout import Episode
-from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 from schemas.events import make_event, stable_id
 from schemas.exceptions import SchemaError
@@ -63,15 +62,16 @@ def run_seeds(bootstrap: str, prefix: str, request: dict, seeds: list[int], keyf
     if request["model_id"] not in models:
         raise KeyError(f"model {request['model_id']!r} is not registered; known: {sorted(models)}")
     model: ModelConfig = models[request["model_id"]]
-    spec = ScenarioSpec.from_dict(request["scenario"])
-    env = make_env(spec, keyframes=request["keyframe_every"] > 0)
+    adapter = adapter_for(request["scenario"]["benchmark"])
+    env = adapter.make_env(request["scenario"], keyframes=request["keyframe_every"] > 0)
     publisher = Publisher(make_producer(bootstrap), prefix)
     keyframes = KeyframeStore(Path(keyframe_root))
     summaries = []
     try:
         for seed in seeds:
-            identity = EpisodeIdentity(run_id=request["envelope"]["run_id"], benchmark="robosuite",
-                                       task=spec.env_name, scenario=request["scenario"], model_id=model.model_id,
+            identity = EpisodeIdentity(run_id=request["envelope"]["run_id"], benchmark=adapter.name,
+                                       task=request["scenario"]["env_name"], scenario=request["scenario"],
+                                       model_id=model.model_id,
                                        model_version=model.version, seed=seed, request_id=request["request_id"],
                                        producer=PRODUCER)
             episode = Episode(env, model.make_policy(), seed, keyframe_every=request["keyframe_every"])
