@@ -16,7 +16,6 @@ import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -29,7 +28,7 @@ from producers.recorder import EpisodeIdentity, EpisodeRecorder
 from producers.sim.models import ModelConfig, load_models
 from producers.sim.rollout import Episode
 from schemas.codec import Codec
-from schemas.events import make_event, stable_id
+from schemas.events import dead_letter, make_event, stable_id
 from schemas.exceptions import SchemaError
 
 log = logging.getLogger(__name__)
@@ -143,9 +142,6 @@ class RolloutWorker:
     def _dead_letter(self, msg, reason: str) -> None:
         log.warning("dead-letter %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason)
         _, timestamp_ms = msg.timestamp()
-        self.publisher.publish(make_event(
-            "DeadLetter", (PRODUCER, msg.topic(), msg.partition(), msg.offset()), PRODUCER, "worker",
-            event_time=datetime.fromtimestamp(max(timestamp_ms, 0) / 1000, UTC), source_topic=msg.topic(),
-            source_partition=msg.partition(), source_offset=msg.offset(), source_key=msg.key(),
-            original=msg.value() or b"", reason=reason, consumer=PRODUCER))
+        self.publisher.publish(dead_letter(PRODUCER, "worker", msg.topic(), msg.partition(), msg.offset(), msg.key(),
+                                           msg.value(), reason, timestamp_ms))
         self.publisher.flush()

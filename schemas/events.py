@@ -39,3 +39,17 @@ def envelope(event_type: str, natural_key: tuple, producer: str, run_id: str,
 def make_event(event_type: str, natural_key: tuple, producer: str, run_id: str,
                event_time: datetime | None = None, **fields) -> dict:
     return {"envelope": envelope(event_type, natural_key, producer, run_id, event_time), **fields}
+
+
+def dead_letter(consumer: str, run_id: str, topic: str, partition: int, offset: int, key: bytes | None,
+                value: bytes | None, reason: str, timestamp_ms: int | None = None) -> dict:
+    """The DeadLetter event every consumer emits for a message it cannot accept.
+
+    Its id comes from (consumer, topic, partition, offset) and its time from the message's own
+    timestamp when known, so judging the same message again (after a crash, in a replay) yields
+    an identical event that the evidence log counts once.
+    """
+    event_time = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms and timestamp_ms > 0 else None
+    return make_event("DeadLetter", (consumer, topic, partition, offset), consumer, run_id, event_time=event_time,
+                      source_topic=topic, source_partition=int(partition), source_offset=int(offset),
+                      source_key=key, original=value or b"", reason=reason[:2000], consumer=consumer)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from schemas.catalog import Topic
 from schemas.codec import Codec, require_finite
-from schemas.events import make_event
+from schemas.events import dead_letter as dead_letter_event
 from schemas.exceptions import SchemaError
 
 
@@ -104,10 +104,8 @@ class Intake:
 
     def dead_letter(self, raw: RawMessage, reason: str) -> dict:
         self.dead += 1
-        return make_event("DeadLetter", (raw.topic, raw.partition, raw.offset, self.consumer), self.consumer,
-                          self.run_id, source_topic=raw.topic, source_partition=int(raw.partition),
-                          source_offset=int(raw.offset), source_key=raw.key, original=raw.value or b"",
-                          reason=reason[:2000], consumer=self.consumer)
+        return dead_letter_event(self.consumer, self.run_id, raw.topic, raw.partition, raw.offset, raw.key, raw.value,
+                           reason)
 
     def encode_dead(self, dead: dict) -> Outgoing:
         return Outgoing("deadletter", dead["source_topic"].encode(), self.codec.encode(dead))

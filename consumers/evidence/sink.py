@@ -18,7 +18,6 @@ import time
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
@@ -27,7 +26,7 @@ from consumers.evidence.store import EvidenceStore, insert_bodies
 from infra.kafka_clients import consumer_config, make_producer
 from schemas.catalog import TOPICS, Topic
 from schemas.codec import Codec, SchemaIds
-from schemas.events import make_event
+from schemas.events import dead_letter as dead_letter_event
 from schemas.exceptions import DecodeError, SchemaError
 from schemas.manifest import current_manifest
 
@@ -259,14 +258,9 @@ class EvidenceSink:
         stats.dead_lettered += 1
         stats.reasons.append(reason)
         log.warning("dead-letter %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), reason)
-        # The verdict's time is the message's own timestamp, so judging the same message again
-        # (after a crash, in a replay) yields a byte-identical event that dedups.
         _, timestamp_ms = msg.timestamp()
-        event = make_event(
-            "DeadLetter", (SINK_NAME, msg.topic(), msg.partition(), msg.offset()), SINK_NAME, self.run_id,
-            event_time=datetime.fromtimestamp(max(timestamp_ms, 0) / 1000, UTC),
-            source_topic=msg.topic(), source_partition=msg.partition(), source_offset=msg.offset(),
-            source_key=msg.key(), original=msg.value() or b"", reason=reason, consumer=SINK_NAME)
+        event = dead_letter_event(SINK_NAME, self.run_id, msg.topic(), msg.partition(), msg.offset(), msg.key(),
+                            msg.value(), reason, timestamp_ms)
         framed = self.codec.encode(event)
         deadletter_topic = f"{self.prefix}deadletter"
         if msg.topic() == deadletter_topic or not self.publish_dead_letters:
