@@ -1,0 +1,232 @@
+"""Rollouts end to end: determinism across processes, policy-server failures, the worker loop."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import threading
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from openpi_client import msgpack_numpy
+from websockets.sync.server import serve
+
+from infra.kafka_clients import ensure_topics, make_producer
+from producers.publisher import Publisher
+from producers.rollout_worker import RolloutPool, RolloutWorker, rollout_request, run_seeds
+from producers.sim.envs import make_env
+from producers.sim.rollout import Episode
+from producers.sim.scenario import ScenarioSpec
+from producers.websocket_policy import WebSocketPolicy
+from schemas.codec import Codec
+
+SESSION_MS = 6000
+
+
+def fresh_prefix(bootstrap: str) -> str:
+    name = f"r{uuid.uuid4().hex[:10]}."
+    ensure_topics(bootstrap, name)
+    return name
+
+
+def consume(bootstrap: str, topics: list[str], idle_s: float = 2.0, timeout_s: float = 30.0) -> list[dict]:
+    """Every event on the topics, in (topic, partition, offset) order, read without a consumer group
+    until nothing new arrived for idle_s (Tansu's watermarks are not exact enough to stop on)."""
+    codec = Codec()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    records: dict[tuple, dict] = {}
+    try:
+        metadata = consumer.list_topics(timeout=10).topics
+        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in metadata[t].partitions])
+        start = last = time.monotonic()
+        while time.monotonic() - start < timeout_s and time.monotonic() - last < idle_s:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                records[(msg.topic(), msg.partition(), msg.offset())] = codec.decode(msg.value())
+                last = time.monotonic()
+    finally:
+        consumer.close()
+    return [records[k] for k in sorted(records)]
+
+
+def without_event_time(events: list[dict]) -> list[dict]:
+    out = []
+    for event in events:
+        event = dict(event, envelope={k: v for k, v in event["envelope"].items() if k != "event_time"})
+        out.append(event)
+    return out
+
+
+def digest(events: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(events, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def lift_spec(horizon: int) -> ScenarioSpec:
+    return ScenarioSpec(env_name="Lift", horizon=horizon, instruction="lift the cube")
+
+
+# 1. The same request in two processes publishes the same events.
+
+def test_same_request_in_two_processes_publishes_identical_events(tansu, tmp_path):
+    request = rollout_request(lift_spec(60).to_dict(), "scripted-novice", [3])
+    prefixes = [fresh_prefix(tansu), fresh_prefix(tansu)]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=ctx) as pool:
+        futures = [pool.submit(run_seeds, tansu, p, request, [3], str(tmp_path / f"kf{i}"))
+                   for i, p in enumerate(prefixes)]
+        summaries = [f.result(timeout=120) for f in futures]
+    assert summaries[0] == summaries[1]
+    assert len(summaries[0]) == 1 and summaries[0][0].seed == 3 and summaries[0][0].error is None
+
+    streams = [without_event_time(consume(tansu, [f"{p}rollout.steps", f"{p}rollout.episodes"]))
+               for p in prefixes]
+    for events, summary in zip(streams, summaries, strict=True):
+        types = [e["envelope"]["event_type"] for e in events]
+        assert types.count("EpisodeStarted") == 1 and types.count("EpisodeEnded") == 1
+        assert types.count("Step") == summary[0].steps > 0
+    assert streams[0] == streams[1]
+    assert digest(streams[0]) == digest(streams[1])
+    # The comparison can fail: any changed field changes the digest.
+    tampered = [dict(e) for e in streams[1]]
+    step = next(i for i, e in enumerate(tampered) if e["envelope"]["event_type"] == "Step")
+    tampered[step] = dict(tampered[step], reward=tampered[step]["reward"] + 1.0)
+    assert digest(tampered) != digest(streams[0])
+
+
+# 2. A policy over the openpi WebSocket protocol, against servers that misbehave.
+
+class PolicyServer:
+    """An openpi-speaking server: metadata on connect, then one reply per request."""
+
+    def __init__(self, reply, close_after: int | None = None):
+        self.reply, self.close_after = reply, close_after
+        self.requests = 0
+        self.prompts: list[str] = []
+        self.server = serve(self._handle, "127.0.0.1", 0, compression=None, max_size=None)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        host, port = self.server.socket.getsockname()[:2]
+        self.uri = f"ws://{host}:{port}"
+
+    def _handle(self, conn) -> None:
+        conn.send(msgpack_numpy.packb({}))
+        for message in conn:
+            self.requests += 1
+            obs = msgpack_numpy.unpackb(message)
+            self.prompts.append(obs.get("prompt"))
+            if self.close_after is not None and self.requests > self.close_after:
+                conn.close()
+                return
+            conn.send(msgpack_numpy.packb({"actions": self.reply()}))
+
+    def __enter__(self) -> PolicyServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def lift_env():
+    env = make_env(lift_spec(20))
+    yield env
+    env.close()
+
+
+def run_against(env, uri: str, seed: int = 0):
+    policy = WebSocketPolicy(uri, action_dim=env.action_dim, connect_timeout_s=5)
+    episode = Episode(env, policy, seed)
+    steps = list(episode)
+    policy.close()
+    return episode.outcome, steps
+
+
+def test_well_behaved_policy_server_runs_to_timeout(lift_env):
+    with PolicyServer(lambda: np.zeros((4, 7))) as server:
+        outcome, steps = run_against(lift_env, server.uri)
+    assert outcome.termination == "timeout" and outcome.error is None and not outcome.success
+    assert outcome.steps == 20 and len(steps) == 20
+    assert server.requests == 5  # one request per 4-action chunk
+    assert server.prompts[0] == "lift the cube"
+    assert all(s.action == [0.0] * 7 for s in steps)
+
+
+def test_server_that_disconnects_ends_the_episode_as_policy_error(lift_env):
+    with PolicyServer(lambda: np.zeros((4, 7)), close_after=3) as server:
+        outcome, steps = run_against(lift_env, server.uri)
+    assert outcome.termination == "policy_error" and not outcome.success
+    assert len(steps) == 12  # three chunks of four actions, then the fourth request fails
+    assert "step 12" in outcome.error and "PolicyServerError" in outcome.error
+    assert server.uri in outcome.error and "failed" in outcome.error
+
+
+@pytest.mark.parametrize("reply, cause", [
+    (lambda: np.zeros((4, 3)), "shape (4, 3), expected (H, 7)"),
+    (lambda: np.full((4, 7), np.nan), "non-finite"),
+])
+def test_malformed_action_chunk_ends_the_episode_as_policy_error(lift_env, reply, cause):
+    with PolicyServer(reply) as server:
+        outcome, steps = run_against(lift_env, server.uri)
+    assert outcome.termination == "policy_error" and not outcome.success
+    assert steps == [] and outcome.steps == 0
+    assert cause in outcome.error and "step 0" in outcome.error
+
+
+def test_unreachable_server_is_a_policy_error(lift_env):
+    with PolicyServer(lambda: np.zeros((4, 7))) as server:
+        uri = server.uri
+    outcome, steps = run_against(lift_env, uri)
+    assert outcome.termination == "policy_error" and steps == []
+    assert "cannot reach the policy server" in outcome.error
+
+
+# 3. The worker dead-letters a bad request and keeps serving.
+
+def test_worker_dead_letters_an_unknown_model_and_serves_the_next_request(tansu, tmp_path):
+    prefix = fresh_prefix(tansu)
+    spec = lift_spec(30).to_dict()
+    bad = rollout_request(spec, "no-such-model", [0], run_id="bad")
+    good = rollout_request(spec, "scripted-novice", [1], run_id="good")
+    publisher = Publisher(make_producer(tansu), prefix)
+    publisher.publish(bad)
+    publisher.publish(good)  # same scenario_id key: same partition, served after the bad one
+    publisher.flush()
+
+    pool = RolloutPool(tansu, prefix, tmp_path, processes=1)
+    worker = RolloutWorker(pool, tansu, prefix, SESSION_MS)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 90
+        while worker.served < 2 and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.2)
+        assert worker.served == 2
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+        pool.close()
+    assert not thread.is_alive()
+
+    dead = consume(tansu, [f"{prefix}deadletter"])
+    assert len(dead) == 1
+    assert dead[0]["source_topic"] == f"{prefix}rollout.requests"
+    assert "KeyError" in dead[0]["reason"] and "no-such-model" in dead[0]["reason"]
+    assert Codec().decode(dead[0]["original"])["request_id"] == bad["request_id"]
+
+    episodes = consume(tansu, [f"{prefix}rollout.episodes"])
+    by_type = {e["envelope"]["event_type"]: e for e in episodes}
+    assert [e["envelope"]["event_type"] for e in episodes] == ["EpisodeStarted", "EpisodeEnded"]
+    assert by_type["EpisodeStarted"]["request_id"] == good["request_id"]
+    assert by_type["EpisodeStarted"]["model_id"] == "scripted-novice" and by_type["EpisodeStarted"]["seed"] == 1
+    ended = by_type["EpisodeEnded"]
+    assert ended["episode_id"] == by_type["EpisodeStarted"]["episode_id"]
+    assert ended["termination"] in ("success", "timeout") and 0 < ended["steps"] <= 30
+    assert all(e.get("request_id") != bad["request_id"] for e in episodes)
