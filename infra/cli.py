@@ -253,7 +253,7 @@ def sync_models(ctx: typer.Context,
                                          model_id=m.model_id, version=m.version, kind=m.kind,
                                          description=m.description, params=m.params()))
         publisher.flush()
-    except (InfraError, ProducerError, ValueError) as exc:
+    except (InfraError, ProducerError, ValueError, OSError) as exc:
         _fail(exc)
     console.print(f"registered {len(models)} models: {', '.join(m.model_id for m in models)}")
 
@@ -278,7 +278,7 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
                 summaries = pool.run(request)
         finally:
             pool.close()
-    except (InfraError, ProducerError, ValueError, KeyError) as exc:
+    except (InfraError, ProducerError, ValueError, KeyError, OSError) as exc:
         _fail(exc)
     table = Table("seed", "episode", "termination", "steps")
     for s in summaries:

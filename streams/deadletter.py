@@ -14,6 +14,7 @@ message dead-letters once.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import NamedTuple
 
@@ -21,6 +22,8 @@ from schemas.catalog import Topic
 from schemas.codec import Codec, require_finite
 from schemas.events import dead_letter as dead_letter_event
 from schemas.exceptions import SchemaError
+
+log = logging.getLogger(__name__)
 
 
 class RawMessage(NamedTuple):
@@ -106,6 +109,19 @@ class Intake:
         self.dead += 1
         return dead_letter_event(self.consumer, self.run_id, raw.topic, raw.partition, raw.offset, raw.key, raw.value,
                            reason)
+
+    def refuse(self, raw: RawMessage, reason: str) -> Outgoing:
+        """Log and dead-letter one message; returns the message to publish."""
+        log.warning("dead-lettering %s[%s]@%s: %s", raw.topic, raw.partition, raw.offset, reason)
+        return self.encode_dead(self.dead_letter(raw, reason))
+
+    def admit(self, raw: RawMessage) -> tuple[dict | None, Outgoing | None]:
+        """decode() for an agent: the event, or the dead letter to publish in its place."""
+        event, dead = self.decode(raw)
+        if dead is None:
+            return event, None
+        log.warning("dead-lettering %s[%s]@%s: %s", raw.topic, raw.partition, raw.offset, dead["reason"])
+        return None, self.encode_dead(dead)
 
     def encode_dead(self, dead: dict) -> Outgoing:
         return Outgoing("deadletter", dead["source_topic"].encode(), self.codec.encode(dead))

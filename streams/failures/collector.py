@@ -109,10 +109,9 @@ class ClusterStage:
         out: list[Outgoing] = []
         for raw in messages:
             self.stats["messages"] += 1
-            event, dead = self.intake.decode(raw)
+            event, dead = self.intake.admit(raw)
             if dead is not None:
-                log.warning("dead-lettering %s[%s]@%s: %s", raw.topic, raw.partition, raw.offset, dead["reason"])
-                out.append(self.intake.encode_dead(dead))
+                out.append(dead)
                 continue
             self.on_event(event)
         return out + self.tick()

@@ -92,18 +92,16 @@ class DetectorStage:
         out: list[Outgoing] = []
         for raw in messages:
             self.stats["messages"] += 1
-            event, dead = self.intake.decode(raw)
+            event, dead = self.intake.admit(raw)
             if dead is not None:
-                log.warning("dead-lettering %s[%s]@%s: %s", raw.topic, raw.partition, raw.offset, dead["reason"])
-                out.append(self.intake.encode_dead(dead))
+                out.append(dead)
                 continue
             try:
                 moments = self.on_event(event)
                 out.extend(Outgoing(OUTPUT_TOPIC, m["episode_id"].encode(), self.codec.encode(m)) for m in moments)
             except (StreamsError, SchemaError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
-                reason = f"failure detector refused {event['envelope']['event_type']}: {type(exc).__name__}: {exc}"
-                log.warning("dead-lettering %s[%s]@%s: %s", raw.topic, raw.partition, raw.offset, reason)
-                out.append(self.intake.encode_dead(self.intake.dead_letter(raw, reason)))
+                out.append(self.intake.refuse(
+                    raw, f"failure detector refused {event['envelope']['event_type']}: {type(exc).__name__}: {exc}"))
         return out
 
     def tick(self) -> list[Outgoing]:
