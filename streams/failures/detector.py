@@ -18,8 +18,10 @@ Definitions, every one relative to the episode's own start (the first step seen)
   +1 closes) is above ``gripper_close_command``. A grasp *attempt* starts when the command goes
   from open to closing (a gripper commanded closed from the first step is not an attempt until
   it has opened once). "Touching": ``gripper_force`` (finger pads on the target) at least
-  ``contact_force_n``. "Held": gripped (``gripper_force >= held_force_n``) and lifted
-  (``object_lift >= held_lift_m``) for ``held_min_steps`` consecutive steps.
+  ``contact_force_n``. "Held": gripped (``gripper_force >= held_force_n``) and either lifted
+  (``object_lift >= held_lift_m``) or pinched (fingers stopped, ``pinch_steady_m``, with the target
+  between the pads, ``pinch_xy_m`` / ``pinch_z_m``) for ``held_min_steps`` consecutive steps. A
+  pinched object that never lifts (too heavy or slippery for the grip) and slides out slips.
 - grasp_miss: an attempt whose fingers close on nothing (no touch ``grasp_settle_steps`` after
   the close started, or the fingers shut below ``closed_empty_opening_m``), or that touched the
   target but never held it (touch lost while closing, gripper reopened, or episode ended).
@@ -34,16 +36,20 @@ Definitions, every one relative to the episode's own start (the first step seen)
   (distractor, second task object) unless it was grasped (that is wrong_object). Once per object.
 - excessive_force: finger force above ``max_grip_force_n``, any hand/arm contact above
   ``max_contact_force_n``, or a joint torque at ``torque_saturation_fraction`` of its limit for
-  ``torque_min_steps`` steps (a fast start saturates the OSC torques for one step).
+  ``torque_min_steps`` steps while the hand or arm touches something (in free space a saturated
+  joint is the controller hurrying: a fast wrist turn saturates the 12 N m wrist for ~5 steps).
 - collision: hand or arm contact with the table or a non-target object, or arm-link contact with
   the target, above ``collision_force_n``. A closing hand pressing an object is grasping it
   (wrong_object), not colliding.
 - stall: over ``stall_window_steps``, ``goal_distance`` improved less than
   ``stall_min_progress_m`` while the end effector stayed within ``stall_max_eef_travel_m`` of
   where the window began (a robot moving towards the object is not stalled), goal not reached.
-- out_of_reach: the elbow joint (``reach_joint_index``) within ``reach_margin_rad`` of its
-  stretched-arm limit for ``limit_min_steps``, goal not reached.
-- joint_limit: any other joint limit within ``joint_limit_margin_rad`` for ``limit_min_steps``.
+- out_of_reach: a joint that stretches the arm forward (``reach_joint_indices``: the Panda's
+  shoulder pitch and elbow) within ``reach_margin_rad`` of its stretched limit for
+  ``limit_min_steps``, while the hand is still ``reach_gap_m`` (horizontally) from the target and
+  the goal is not reached. Reaching for a far object stops the shoulder first, not the elbow.
+- joint_limit: any other joint limit (the reach joints' low limits included) within
+  ``joint_limit_margin_rad`` for ``limit_min_steps``, unless the arm is out of reach at that step.
 - wrong_object: the gripper, closing, presses a non-target object with ``wrong_grasp_force_n``
   for ``wrong_grasp_confirm_steps`` steps, or lifts it ``wrong_object_lift_m`` while touching it.
 - timeout: EpisodeEnded with termination "timeout" and no success; step = the last step.
@@ -63,7 +69,7 @@ from datetime import datetime
 from schemas.events import make_event
 from streams.exceptions import ConfigError, DetectorError
 
-DETECTOR_VERSION = "failure-detector/1.0"
+DETECTOR_VERSION = "failure-detector/1.1"
 PRODUCER = "failure-detector"
 
 # Mirrors the FailureType enum in schemas/avro/FailureMoment.avsc (a unit test checks it).
@@ -98,7 +104,10 @@ class DetectorConfig:
     contact_force_n: float = 5.0  # finger-pad force on the target at which the fingers touch it, N
     held_force_n: float = 15.0  # finger-pad force at which the target counts as gripped, N
     held_lift_m: float = 0.002  # target lift above its start at which a gripped target is lifted, m
-    held_min_steps: int = 2  # consecutive gripped-and-lifted steps before the target counts as held
+    held_min_steps: int = 2  # consecutive gripped steps before the target counts as held
+    pinch_steady_m: float = 0.0005  # finger opening change per step below which the fingers have stopped, m
+    pinch_xy_m: float = 0.02  # target centre this close (horizontally) to the grip site = between the pads, m
+    pinch_z_m: float = 0.03  # and this close vertically, m
     goal_reached_m: float = 0.005  # goal_distance at or below which the goal is reached, m
     # -- grasp_miss -------------------------------------------------------------------------
     grasp_settle_steps: int = 10  # steps after the close command starts by which the fingers must touch
@@ -128,8 +137,9 @@ class DetectorConfig:
     # -- out_of_reach / joint_limit ---------------------------------------------------------
     joint_limits_rad: tuple[tuple[float, float], ...] = PANDA_JOINT_LIMITS_RAD  # (low, high) per joint
     joint_limit_margin_rad: float = 0.05  # a joint this close to a limit is at it, rad
-    reach_joint_index: int = 3  # the elbow: its high limit is the stretched arm (Panda joint 4)
-    reach_margin_rad: float = 0.15  # elbow this close to stretched = target out of reach, rad
+    reach_joint_indices: tuple[int, ...] = (1, 3)  # shoulder pitch, elbow: their high limits stretch the arm
+    reach_margin_rad: float = 0.1  # a reach joint this close to stretched = the arm is at full reach, rad
+    reach_gap_m: float = 0.03  # and the hand still this far (horizontally) from the target, m
     limit_min_steps: int = 3  # consecutive steps at a limit before it counts
     # -- wrong_object -----------------------------------------------------------------------
     wrong_grasp_force_n: float = 10.0  # closing gripper pressing a non-target object this hard, N
@@ -159,8 +169,8 @@ class DetectorConfig:
                               f"got {self.torque_saturation_fraction!r}")
         if any(lo >= hi for lo, hi in self.joint_limits_rad):
             raise ConfigError(f"DetectorConfig.joint_limits_rad needs low < high, got {self.joint_limits_rad!r}")
-        if not 0 <= self.reach_joint_index < len(self.joint_limits_rad):
-            raise ConfigError(f"DetectorConfig.reach_joint_index {self.reach_joint_index!r} is not a joint of "
+        if not all(isinstance(i, int) and 0 <= i < len(self.joint_limits_rad) for i in self.reach_joint_indices):
+            raise ConfigError(f"DetectorConfig.reach_joint_indices {self.reach_joint_indices!r} must be joints of "
                               f"joint_limits_rad ({len(self.joint_limits_rad)} joints)")
         if any(v <= 0 for v in self.joint_torque_limits_nm):
             raise ConfigError(f"DetectorConfig.joint_torque_limits_nm must be > 0, got {self.joint_torque_limits_nm!r}")
@@ -249,6 +259,8 @@ class EpisodeDetector:
         self._last_goal = 0.0
         self._last_lift = 0.0
         self._eef_target_xy = 0.0
+        self._eef_target_z = math.inf
+        self._last_opening: float | None = None
         self._common: dict[str, float] = {}
         # grasp / slip / drop
         self._phase = _OPEN
@@ -319,10 +331,12 @@ class EpisodeDetector:
         if poses:
             eef, pos = step["eef_pos"], poses[0]["pos"]
             self._eef_target_xy = math.hypot(eef[0] - pos[0], eef[1] - pos[1])
+            self._eef_target_z = abs(eef[2] - pos[2])
 
         # contacts, summarised once
         other_grip: dict[str, float] = {}  # gripper contact force per non-target object
         max_robot_contact = 0.0
+        world_contact = 0.0  # hand/arm against anything but itself
         collide_force, collide_table, collide_object, collide_arm = 0.0, False, False, False
         for c in step["contacts"]:
             a, b, f = c["a"], c["b"], float(c["normal_force"])
@@ -336,6 +350,8 @@ class EpisodeDetector:
                 max_robot_contact = f
             if other in _ROBOT_GROUPS:
                 continue
+            if f > world_contact:
+                world_contact = f
             if other == target:
                 if mine == GROUP_ROBOT and f >= cfg.collision_force_n:  # the arm, not the hand, hits it
                     collide_force, collide_arm = max(collide_force, f), True
@@ -354,7 +370,7 @@ class EpisodeDetector:
         self._grasp(t, step, closing, force, opening, lift, goal, other_press, out)
         self._wrong_object(t, step, closing, poses, target, other_grip, out)
         self._knocks(t, step, poses, target, out)
-        self._forces(t, step, force, max_robot_contact, out)
+        self._forces(t, step, force, max_robot_contact, world_contact, out)
         if self._collision.update(collide_force > 0.0):
             self._emit(out, "collision", t, _clip01(1.0 - cfg.collision_force_n / collide_force),
                        {"force_n": collide_force, "with_table": float(collide_table),
@@ -365,6 +381,7 @@ class EpisodeDetector:
         self._min_goal = min(self._min_goal, goal)
         self._last_goal = goal
         self._last_lift = lift
+        self._last_opening = opening
         return out
 
     def on_end(self, ended: dict) -> list[dict]:
@@ -381,7 +398,7 @@ class EpisodeDetector:
         self._common = {"goal_distance_m": self._last_goal, "object_lift_m": self._last_lift}
         out: list[dict] = []
         last = max(self.last_t, int(ended["steps"]) - 1, 0)
-        if self._phase == _TOUCHING:
+        if self._phase == _TOUCHING or (self._phase == _HELD and self._attempt_max_lift < self.config.held_lift_m):
             self._emit(out, "grasp_miss", max(self.last_t, 0), self._miss_severity(touched=True),
                        {"variant": MISS_ENDED_UNLIFTED, "close_step": float(self._close_t),
                         "peak_grip_force_n": self._attempt_peak_force, "max_lift_m": self._attempt_max_lift})
@@ -403,7 +420,7 @@ class EpisodeDetector:
         touching = force >= cfg.contact_force_n
         phase = self._phase
         if not closing:
-            if phase == _TOUCHING:
+            if phase == _TOUCHING or (phase == _HELD and self._attempt_max_lift < cfg.held_lift_m):
                 self._emit(out, "grasp_miss", t, self._miss_severity(touched=True),
                            {"variant": MISS_REOPENED_UNLIFTED, "close_step": float(self._close_t),
                             "peak_grip_force_n": self._attempt_peak_force, "max_lift_m": self._attempt_max_lift})
@@ -433,7 +450,7 @@ class EpisodeDetector:
                                 "opening_m": opening, "steps_since_close": float(t - self._close_t)})
                     self._phase = _SPENT
             if phase == _TOUCHING:
-                if force >= cfg.held_force_n and lift >= cfg.held_lift_m:
+                if force >= cfg.held_force_n and (lift >= cfg.held_lift_m or self._pinched(opening)):
                     self._held_streak += 1
                     if self._held_streak >= cfg.held_min_steps:
                         self._phase = _HELD
@@ -464,6 +481,15 @@ class EpisodeDetector:
                            {"fall_m": fall, "lift_at_release_m": lift_ref, "commanded_release": float(commanded),
                             "goal_regress_m": regress, "steps_since_release": float(t - since)})
                 self._drop_watch = None
+
+    def _pinched(self, opening: float) -> bool:
+        """The fingers have stopped on the target with it between the pads: a grip that has not
+        lifted yet (a heavy or slippery object may never lift, and then it slips)."""
+        cfg = self.config
+        last = self._last_opening
+        return (last is not None and abs(opening - last) <= cfg.pinch_steady_m
+                and opening > cfg.closed_empty_opening_m
+                and self._eef_target_xy <= cfg.pinch_xy_m and self._eef_target_z <= cfg.pinch_z_m)
 
     def _miss_severity(self, touched: bool) -> float:
         """Closed empty: how far (horizontally) the hand was from the target. Touched but never
@@ -516,7 +542,7 @@ class EpisodeDetector:
             if name not in other_grip:
                 self._wrong_streak[name] = 0
 
-    def _forces(self, t, step, force, max_robot_contact, out) -> None:
+    def _forces(self, t, step, force, max_robot_contact, world_contact, out) -> None:
         cfg = self.config
         torque_frac, torque_joint, torque_hit = 0.0, -1, False
         for i, (tau, thr) in enumerate(zip(step["joint_torques"], self._torque_thresholds, strict=False)):
@@ -525,6 +551,9 @@ class EpisodeDetector:
                 torque_frac, torque_joint = frac, i
             if abs(tau) >= thr:
                 torque_hit = True
+        # A saturated joint in free space is the controller hurrying (a fast wrist turn saturates
+        # the 12 N m wrist), not a force on the world: it counts only while the robot touches something.
+        torque_hit = torque_hit and world_contact >= cfg.contact_force_n
         self._torque_streak = self._torque_streak + 1 if torque_hit else 0
         torque_hit = self._torque_streak >= cfg.torque_min_steps
         grip_hit = force > cfg.max_grip_force_n
@@ -560,26 +589,25 @@ class EpisodeDetector:
 
     def _limits(self, t, step, goal, out) -> None:
         cfg = self.config
-        reach_i = cfg.reach_joint_index
-        reach_left = math.inf
+        reach_i, reach_left = -1, math.inf
         limit_left, limit_joint = math.inf, -1
         for i, (q, (lo, hi)) in enumerate(zip(step["joint_pos"], cfg.joint_limits_rad, strict=False)):
             to_hi, to_lo = hi - q, q - lo
-            if i == reach_i:
-                reach_left = to_hi
-                if to_lo < limit_left:
-                    limit_left, limit_joint = to_lo, i
-            else:
-                near = min(to_hi, to_lo)
-                if near < limit_left:
-                    limit_left, limit_joint = near, i
-        at_reach = reach_left <= cfg.reach_margin_rad and goal > cfg.goal_reached_m
+            if i in cfg.reach_joint_indices:
+                if to_hi < reach_left:
+                    reach_i, reach_left = i, to_hi
+                to_hi = math.inf  # a stretched arm is out_of_reach, or fine at the goal: not a joint limit
+            near = min(to_hi, to_lo)
+            if near < limit_left:
+                limit_left, limit_joint = near, i
+        at_reach = (reach_left <= cfg.reach_margin_rad and self._eef_target_xy >= cfg.reach_gap_m
+                    and goal > cfg.goal_reached_m)
         self._reach_streak = self._reach_streak + 1 if at_reach else 0
         if self._reach.update(self._reach_streak >= cfg.limit_min_steps):
             self._emit(out, "out_of_reach", t, _clip01(1.0 - reach_left / cfg.reach_margin_rad),
                        {"joint": float(reach_i), "distance_to_limit_rad": reach_left,
-                        "joint_pos_rad": step["joint_pos"][reach_i]})
-        at_limit = limit_left <= cfg.joint_limit_margin_rad
+                        "joint_pos_rad": step["joint_pos"][reach_i], "hand_to_target_m": self._eef_target_xy})
+        at_limit = limit_left <= cfg.joint_limit_margin_rad and not at_reach
         self._limit_streak = self._limit_streak + 1 if at_limit else 0
         if self._limit.update(self._limit_streak >= cfg.limit_min_steps):
             self._emit(out, "joint_limit", t, _clip01(1.0 - limit_left / cfg.joint_limit_margin_rad),

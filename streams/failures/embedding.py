@@ -9,6 +9,9 @@ Layout (``feature_names()``), each block multiplied by its weight so distances m
 configured; ``decode`` divides the weights back out, so a cluster centroid reads directly as
 "fraction of episodes with a slip", "mean first-slip time as a fraction of the episode", ...:
 
+- ``root:<t>``   1 for the type of the episode's first moment, its likely root cause (11 dims;
+  ties at one step go to the earlier type in FAILURE_TYPES). Consequences look alike across
+  causes (a miss, a slip and a drop all end in a stall and a timeout); the first moment does not.
 - ``type:<t>``   1 if the episode had a moment of failure type t (11 dims, FAILURE_TYPES order)
 - ``when:<t>``   first moment of type t at step / episode steps, in (0, 1]; 0 if absent (11 dims)
 - ``severity_max``, ``severity_mean``, ``moments`` (log1p(count) / log1p(moments_scale))
@@ -34,7 +37,7 @@ import numpy as np
 from streams.exceptions import ConfigError
 from streams.failures.detector import FAILURE_TYPES
 
-EMBEDDING_VERSION = "failure-embedding/1.0"
+EMBEDDING_VERSION = "failure-embedding/1.1"
 
 _STATS = ("severity_max", "severity_mean", "moments")
 _FORCE = ("force_peak", "force_mean")
@@ -46,6 +49,7 @@ _SCENARIO = ("scn_low_friction", "scn_mass", "scn_size", "scn_distractors", "scn
 class EmbeddingConfig:
     """Block weights (dimensionless) and the scales that map physical values to ~[0, 1]."""
 
+    root_weight: float = 1.0  # first-moment (root cause) type block
     type_weight: float = 1.0  # failure-type presence block
     timing_weight: float = 0.5  # first-occurrence timing block
     stats_weight: float = 0.5  # severity and moment-count block
@@ -89,14 +93,16 @@ class FailedEpisode:
 
 @lru_cache(maxsize=1)
 def feature_names() -> tuple[str, ...]:
-    return (tuple(f"type:{t}" for t in FAILURE_TYPES) + tuple(f"when:{t}" for t in FAILURE_TYPES)
+    return (tuple(f"root:{t}" for t in FAILURE_TYPES) + tuple(f"type:{t}" for t in FAILURE_TYPES)
+            + tuple(f"when:{t}" for t in FAILURE_TYPES)
             + _STATS + _FORCE + _POSE + _SCENARIO)
 
 
 @lru_cache(maxsize=8)
 def weights(config: EmbeddingConfig) -> np.ndarray:
     n = len(FAILURE_TYPES)
-    w = ([config.type_weight] * n + [config.timing_weight] * n + [config.stats_weight] * len(_STATS)
+    w = ([config.root_weight] * n + [config.type_weight] * n + [config.timing_weight] * n
+         + [config.stats_weight] * len(_STATS)
          + [config.force_weight] * len(_FORCE) + [config.pose_weight] * len(_POSE)
          + [config.scenario_weight] * len(_SCENARIO))
     out = np.array(w, dtype=float)
@@ -117,6 +123,7 @@ def embed(episode: FailedEpisode, config: EmbeddingConfig) -> np.ndarray:
     n = len(FAILURE_TYPES)
     index = {t: i for i, t in enumerate(FAILURE_TYPES)}
     presence = np.zeros(n)
+    root = np.zeros(n)
     when = np.zeros(n)
     steps = max(int(episode.steps), 1)
     severities, lift_max, disp_max = [], 0.0, 0.0
@@ -151,7 +158,10 @@ def embed(episode: FailedEpisode, config: EmbeddingConfig) -> np.ndarray:
         _ratio(float(len(s.get("distractors") or ())), 4.0, c),
         _ratio(math.sqrt(sum(float(v) ** 2 for v in offset)), config.offset_scale_m, c),
     ]
-    raw = np.concatenate([presence, when, stats, force, pose, scenario])
+    if episode.moments:
+        first = min(episode.moments, key=lambda m: (int(m["step"]), index[m["failure_type"]]))
+        root[index[first["failure_type"]]] = 1.0
+    raw = np.concatenate([root, presence, when, stats, force, pose, scenario])
     return raw * weights(config)
 
 

@@ -152,13 +152,31 @@ def test_grasp_miss_when_cube_is_touched_but_never_lifted_and_the_hand_reopens()
     assert m["severity"] == pytest.approx(1.0)
 
 
-def test_grasp_miss_when_touch_is_lost_before_lifting():
-    scene = Scene().approach(30).close_on_cube(6)
+def test_grasp_miss_when_touch_is_lost_before_the_fingers_settle_on_the_cube():
+    scene = Scene().approach(30).close_on_cube(4)  # touched on the 4th step, still closing
     lost_t = scene.t
     scene.hold(1, force=0.0, opening=0.02).hold(3, opening=0.0)
     emitted = run(scene)
     assert [(t, m["failure_type"], m["features"]["variant"]) for t, m in emitted] == \
         [(lost_t, "grasp_miss", MISS_LOST_BEFORE_LIFT)]
+
+
+def test_a_pinched_cube_too_heavy_to_lift_that_slides_out_is_a_slip():
+    scene = Scene().approach(30).close_on_cube(11)  # fingers stopped on it, 40 N, never rises
+    lost_t = scene.t
+    scene.hold(1, force=0.0, opening=0.02).hold(3, opening=0.0)
+    emitted = run(scene)
+    assert [(t, m["failure_type"]) for t, m in emitted] == [(lost_t, "slip")]
+    assert emitted[0][1]["features"]["lift_at_slip_m"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_pinched_cube_off_centre_is_not_held():
+    scene = Scene().approach(30)
+    scene.eef = [scene.eef[0] + 0.03, scene.eef[1], scene.eef[2]]  # a fingertip on the cube's edge
+    scene.close_on_cube(11)
+    lost_t = scene.t
+    scene.hold(1, force=0.0, opening=0.02)
+    assert [(t, m["failure_type"]) for t, m in run(scene)] == [(lost_t, "grasp_miss")]
 
 
 def test_grasp_miss_still_closed_on_an_unlifted_cube_is_told_only_by_the_end():
@@ -279,11 +297,14 @@ def test_crushing_grip_is_excessive_force_at_the_spike():
     assert m["severity"] == pytest.approx(1 - CFG.max_grip_force_n / 95.0)
 
 
-def test_sustained_torque_saturation_is_excessive_force_but_a_one_step_spike_is_not():
+def test_sustained_torque_saturation_while_touching_is_excessive_force_a_spike_or_free_space_is_not():
     saturated = [0.1, -80.0, 0.0, 11.0, 0.1, 2.3, 0.0]
     spike = Scene().hold(5).hold(1, torques=saturated).hold(5, torques=[0.1, -40.0, 0.0, 11.0, 0.1, 2.3, 0.0])
     assert run(spike) == []
-    sustained = Scene().hold(5).hold(4, torques=saturated)
+    in_free_space = Scene().hold(5).hold(6, torques=saturated)  # a fast wrist turn: the controller hurrying
+    assert run(in_free_space) == []
+    pressing = [{"a": "gripper", "b": "table", "normal_force": 6.0}]  # touching, below collision_force_n
+    sustained = Scene().hold(5).hold(4, torques=saturated, extra_contacts=pressing)
     emitted = run(sustained)
     assert [(t, m["failure_type"]) for t, m in emitted] == [(5 + CFG.torque_min_steps - 1, "excessive_force")]
     feats = only(emitted, "excessive_force")[0]["features"]
@@ -468,3 +489,18 @@ def test_detector_throughput_is_measured(record_property):
     record_property("detector_steps_per_s", rate)
     print(f"detector: {len(steps)} steps in {elapsed * 1e3:.1f} ms = {rate:,.0f} steps/s")
     assert len(steps) > 500
+
+
+def test_shoulder_leaning_fully_forward_short_of_the_cube_is_out_of_reach():
+    leaning = [0.03, 1.76, 0.0, -0.3, -0.03, 2.3, 0.84]  # shoulder pitch at its 1.7628 rad limit
+    emitted = run(Scene().hold(4).hold(5, joints=leaning))
+    assert [(t, m["failure_type"]) for t, m in emitted] == [(4 + CFG.limit_min_steps - 1, "out_of_reach")]
+    assert only(emitted, "out_of_reach")[0]["features"]["joint"] == 1.0
+
+
+def test_a_stretched_arm_with_the_hand_over_the_cube_is_not_out_of_reach():
+    stretched = [0.03, 0.9, 0.0, -0.10, -0.03, 2.98, 0.84]
+    scene = Scene()
+    scene.move_to([0.0, 0.01, 0.88], 15)
+    scene.hold(6, joints=stretched)
+    assert [m["failure_type"] for _, m in run(scene)] == []
