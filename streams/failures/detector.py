@@ -26,7 +26,9 @@ Definitions, every one relative to the episode's own start (the first step seen)
   the close started, or the fingers shut below ``closed_empty_opening_m``), or that touched the
   target but never held it (touch lost while closing, gripper reopened, or episode ended).
   ``features.variant``: 0 closed empty, 1 touch lost before lift, 2 reopened unlifted,
-  3 episode ended unlifted.
+  3 episode ended unlifted (an attempt at least ``grasp_settle_steps`` old). A touch lost while
+  the fingers are still closing is not yet a miss (one finger often reaches the object first and
+  nudges it): the attempt goes on closing.
 - slip: the target was held, then touch was lost while the gripper was still closing.
 - drop: after holding ended (slip, or a commanded release), the target fell ``drop_fall_m``
   below its last held lift. A commanded release counts only if it also moved the target away from
@@ -398,7 +400,10 @@ class EpisodeDetector:
         self._common = {"goal_distance_m": self._last_goal, "object_lift_m": self._last_lift}
         out: list[dict] = []
         last = max(self.last_t, int(ended["steps"]) - 1, 0)
-        if self._phase == _TOUCHING or (self._phase == _HELD and self._attempt_max_lift < self.config.held_lift_m):
+        cfg = self.config
+        unlifted = self._phase == _TOUCHING or (self._phase == _HELD and self._attempt_max_lift < cfg.held_lift_m)
+        # An attempt younger than grasp_settle_steps was cut short by the end, not missed.
+        if unlifted and self.last_t - self._close_t >= cfg.grasp_settle_steps:
             self._emit(out, "grasp_miss", max(self.last_t, 0), self._miss_severity(touched=True),
                        {"variant": MISS_ENDED_UNLIFTED, "close_step": float(self._close_t),
                         "peak_grip_force_n": self._attempt_peak_force, "max_lift_m": self._attempt_max_lift})
@@ -457,7 +462,12 @@ class EpisodeDetector:
                         self._drop_watch = None
                 else:
                     self._held_streak = 0
-                    if not touching:
+                    if not touching and self._last_opening is not None \
+                            and self._last_opening - opening > cfg.pinch_steady_m:
+                        # Still closing: the finger that touched first nudged the object towards
+                        # the other one. Not concluded yet; the closing rules decide.
+                        self._phase = _CLOSING
+                    elif not touching:
                         self._emit(out, "grasp_miss", t, self._miss_severity(touched=True),
                                    {"variant": MISS_LOST_BEFORE_LIFT, "close_step": float(self._close_t),
                                     "peak_grip_force_n": self._attempt_peak_force,

@@ -108,3 +108,25 @@ def test_a_saved_set_loads_back_as_the_same_labels_and_events(labelled, tmp_path
 def test_loading_a_directory_without_a_set_names_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="labels.jsonl"):
         failure_set.load(tmp_path)
+
+
+def test_every_case_of_the_labelled_set_is_detected_as_its_cause_on_one_seed():
+    """The whole set on seed 0, scored like bench/failure_mining.py: the expected type near its
+    cause step, and nothing that is neither expected nor a consequence after the cause."""
+    results = failure_set.generate(failure_set.CASES, 1, processes=2)
+    assert {label.case for label, _ in results} == set(failure_set.BY_NAME)
+    wrong = []
+    for label, events in results:
+        if label.expected is None and not label.success:
+            continue  # an unlabelled baseline failure
+        first = {}
+        for m in sorted(_detect(events), key=lambda m: m["step"]):
+            first.setdefault(m["failure_type"], m["step"])
+        if label.expected is not None:
+            step = first.pop(label.expected, None)
+            if step is None or abs(step - label.cause_step) > 5:
+                wrong.append((label.case, label.seed, "expected at", label.cause_step, "got", step))
+        extra = {t: s for t, s in first.items() if t not in label.after or s < (label.cause_step or 0)}
+        if extra:
+            wrong.append((label.case, label.seed, "unexpected", extra))
+    assert wrong == []

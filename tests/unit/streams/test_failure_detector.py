@@ -152,13 +152,32 @@ def test_grasp_miss_when_cube_is_touched_but_never_lifted_and_the_hand_reopens()
     assert m["severity"] == pytest.approx(1.0)
 
 
-def test_grasp_miss_when_touch_is_lost_before_the_fingers_settle_on_the_cube():
+def test_a_touch_lost_while_closing_is_a_miss_once_the_fingers_shut_empty():
     scene = Scene().approach(30).close_on_cube(4)  # touched on the 4th step, still closing
     lost_t = scene.t
     scene.hold(1, force=0.0, opening=0.02).hold(3, opening=0.0)
     emitted = run(scene)
     assert [(t, m["failure_type"], m["features"]["variant"]) for t, m in emitted] == \
+        [(lost_t + 1, "grasp_miss", MISS_CLOSED_EMPTY)]
+
+
+def test_a_touch_lost_with_the_fingers_stopped_is_a_miss_at_once():
+    scene = Scene().approach(30).close_on_cube(4).hold(2, force=8.0)  # a light, steady touch
+    lost_t = scene.t
+    scene.hold(1, force=0.0)
+    emitted = run(scene)
+    assert [(t, m["failure_type"], m["features"]["variant"]) for t, m in emitted] == \
         [(lost_t, "grasp_miss", MISS_LOST_BEFORE_LIFT)]
+
+
+def test_a_first_finger_nudging_the_cube_before_the_grip_is_not_a_miss():
+    scene = Scene().approach(30)
+    scene.command = 1.0
+    scene.hold(1, opening=0.07).hold(1, opening=0.06, force=5.5)  # one finger reaches it first
+    scene.hold(1, opening=0.05, force=0.5)  # the cube slides towards the other finger
+    scene.hold(1, opening=0.0405, force=24.0).hold(3, force=40.0)
+    scene.lift_by(0.10, 10)
+    assert run(scene, ended(scene, success=True)) == []
 
 
 def test_a_pinched_cube_too_heavy_to_lift_that_slides_out_is_a_slip():
@@ -175,8 +194,8 @@ def test_a_pinched_cube_off_centre_is_not_held():
     scene.eef = [scene.eef[0] + 0.03, scene.eef[1], scene.eef[2]]  # a fingertip on the cube's edge
     scene.close_on_cube(11)
     lost_t = scene.t
-    scene.hold(1, force=0.0, opening=0.02)
-    assert [(t, m["failure_type"]) for t, m in run(scene)] == [(lost_t, "grasp_miss")]
+    scene.hold(1, force=0.0, opening=0.02).hold(2, opening=0.0)
+    assert [(t, m["failure_type"]) for t, m in run(scene)] == [(lost_t + 1, "grasp_miss")]
 
 
 def test_grasp_miss_still_closed_on_an_unlifted_cube_is_told_only_by_the_end():
