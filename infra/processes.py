@@ -79,6 +79,7 @@ def open_store(settings: Settings) -> EvidenceStore:
 
 
 def up(settings: Settings) -> RunState:
+    _check_streams_settings(settings)
     state = RunState.read(settings)
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     if settings.embedded_broker and not state.broker_alive:
@@ -94,6 +95,16 @@ def up(settings: Settings) -> RunState:
         state.streams_pid = _start_streams_worker(settings, bootstrap)
         state.write(settings)
     return state
+
+
+def _check_streams_settings(settings: Settings) -> None:
+    """What the streams worker would refuse at start, refused before anything starts (its own
+    failure would only show in streams.log). Imports faust only for the settings that need it."""
+    if settings.streams_processing_guarantee != "at_least_once" or settings.openai_base_url or settings.openai_model:
+        from streams.app import llm_summarizer, processing_guarantee
+
+        processing_guarantee(settings)
+        llm_summarizer(settings)
 
 
 def _start_streams_worker(settings: Settings, bootstrap: str) -> int:
@@ -116,7 +127,8 @@ def _start_pipeline(settings: Settings, bootstrap: str) -> tuple[int, str | None
     settings_path = settings.run_dir / "pipeline-settings.json"
     resolved = settings.model_copy(update={"bootstrap_servers": bootstrap,
                                            "memory_dir": settings.memory_dir.resolve()})
-    settings_path.write_text(resolved.model_dump_json(indent=1))
+    # No secrets on disk: the pipeline does not call the language model.
+    settings_path.write_text(resolved.model_dump_json(indent=1, exclude={"openai_api_key"}))
     ready_path = settings.run_dir / "pipeline-ready.json"
     ready_path.unlink(missing_ok=True)
     with open(settings.run_dir / "pipeline.log", "ab") as log:

@@ -2,6 +2,7 @@
 
 Sources, highest first: explicit overrides (CLI flags), environment variables (``SEPA_*``), a TOML
 file (``--config`` / ``SEPA_CONFIG``), defaults. Nothing else in the code reads the environment.
+``openai_api_key`` falls back to ``OPENAI_API_KEY`` when none of those sets it.
 
 Mode selection: no ``bootstrap_servers`` -> the project starts its embedded Tansu broker; no
 ``clickhouse_url`` -> chDB in ``<memory_dir>/evidence``.
@@ -12,8 +13,9 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 
 class Settings(BaseModel):
@@ -32,8 +34,15 @@ class Settings(BaseModel):
     sink_batch_max: int = Field(20000, ge=1, description="messages per ClickHouse insert")
     sink_linger_ms: int = Field(200, ge=0, description="wait this long to fill a batch")
     store_endpoint_port: int = Field(0, ge=0, le=65535, description="owner endpoint port; 0 = free port")
-    openai_base_url: str | None = None
+    # exactly_once is refused (streams/app.py says why): Tansu rejects aiokafka's InitProducerId v0,
+    # and on Apache Kafka faust-streaming 0.15.3 leaves the moments in transactions that never
+    # commit. at_least_once is lossless across restarts and re-emitted moments keep their ids.
+    streams_processing_guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once", description="the faust worker's processing guarantee")
+    # Cluster summaries from an OpenAI-compatible chat model: both set = on, neither = feature summaries.
+    openai_base_url: str | None = Field(None, description="e.g. http://127.0.0.1:8000/v1")
     openai_model: str | None = None
+    openai_api_key: SecretStr | None = Field(None, description="unset = OPENAI_API_KEY")
 
     @field_validator("topic_prefix")
     @classmethod
@@ -72,9 +81,10 @@ class Settings(BaseModel):
 
 def settings_environ(settings: Settings) -> dict[str, str]:
     """The SEPA_* variables that reproduce these settings in a child process (faust's CLI loads
-    its app from the environment, through load_settings)."""
-    return {f"SEPA_{name.upper()}": str(value) for name, value in settings.model_dump().items()
-            if value is not None}
+    its app from the environment, through load_settings). Secrets are passed in clear: the child
+    needs them."""
+    return {f"SEPA_{name.upper()}": value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+            for name, value in settings.model_dump().items() if value is not None}
 
 
 def load_settings(config_file: Path | None = None, environ: dict[str, str] | None = None,
@@ -92,4 +102,6 @@ def load_settings(config_file: Path | None = None, environ: dict[str, str] | Non
         if key in environ:
             values[name] = environ[key]
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if values.get("openai_api_key") is None and environ.get("OPENAI_API_KEY"):
+        values["openai_api_key"] = environ["OPENAI_API_KEY"]  # the variable OpenAI's tools use
     return Settings.model_validate(values)

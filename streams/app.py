@@ -8,12 +8,24 @@
 attribute ``app`` (what ``faust -A streams.app`` looks up) is built on first access from
 ``infra.settings.load_settings()`` (the one place that reads the environment) and the broker it
 resolves (``SEPA_BOOTSTRAP_SERVERS``, or the embedded broker started by ``sepa-eval up``); importing
-this module alone reads nothing and connects to nothing.
+this module alone reads nothing and connects to nothing. With ``SEPA_OPENAI_BASE_URL`` and
+``SEPA_OPENAI_MODEL`` set, cluster summaries are rewritten by that OpenAI-compatible model
+(``llm_summarizer``); otherwise they are the feature summaries.
 
 Faust settings that matter here (see /work/shared/notes/platform-facts.md):
 - ``broker_session_timeout=6``: against Tansu a worker otherwise takes ~30 s to start.
-- ``processing_guarantee``: "at_least_once" by default; "exactly_once" is selectable but fails at
-  startup against Tansu (aiokafka's InitProducerId v0), so use it only with Apache Kafka.
+- ``stream_wait_empty=False``: the detector holds back the acknowledgement of open episodes'
+  events (streams/failures/agents.py); faust must not wait for them at a rebalance or shutdown.
+  It commits what is acknowledged, and the open episodes are read again.
+- ``processing_guarantee`` (``SEPA_STREAMS_PROCESSING_GUARANTEE``): "at_least_once", the only
+  one accepted. "exactly_once" is refused with the reason: against Tansu it fails at startup
+  (aiokafka's InitProducerId v0); against Apache Kafka 4.4 it starts but does not deliver:
+  faust-streaming 0.15.3 sends each output in the transaction of the *output* partition's topic
+  group, committed only with input offsets of that group, so moments (failures.moments is an
+  input of the clusterer, read read_committed) sit in transactions that never commit, and outputs
+  to topics no agent reads (failures.clusters, deadletter) bypass transactions altogether. What
+  at_least_once gives instead: lossless restarts, and re-emitted moments keep their event ids, so
+  the evidence log (which dedups by id) holds each moment once.
 - Topics are raw bytes (``value_serializer="raw"``); we decode with schemas.codec ourselves.
   Faust declares no topics (``topic_allow_declare=False``, no leader topic): the catalog's topics
   come from ``infra.kafka_clients.ensure_topics`` with their partition counts.
@@ -41,6 +53,40 @@ from streams.failures.router import DetectorStage, RouterConfig
 from streams.failures.summaries import FeatureDescriber, LlmSummarizer
 
 GUARANTEES = ("at_least_once", "exactly_once")
+# Why exactly_once is refused (the module docstring has the details).
+EXACTLY_ONCE_REFUSED = ("exactly_once is refused: with faust-streaming 0.15.3 the failure moments would sit in Kafka "
+                        "transactions that never commit (outputs join the transaction of the output partition's "
+                        "topic group, see streams/app.py), and the embedded Tansu broker refuses aiokafka's "
+                        "InitProducerId v0. Use at_least_once: restarts are lossless and re-emitted moments keep "
+                        "their event ids, which the evidence log counts once")
+
+
+def processing_guarantee(settings) -> str:
+    """``settings.streams_processing_guarantee``, refused where it cannot work: exactly_once needs
+    Kafka transactions, which the embedded Tansu broker does not give aiokafka."""
+    guarantee = settings.streams_processing_guarantee
+    if guarantee == "exactly_once":
+        raise ConfigError(f"streams_processing_guarantee (SEPA_STREAMS_PROCESSING_GUARANTEE): {EXACTLY_ONCE_REFUSED}")
+    return guarantee
+
+
+def llm_summarizer(settings) -> LlmSummarizer | None:
+    """The cluster-summary model the settings name (``openai_base_url`` and ``openai_model``), or
+    None for feature summaries. Builds the OpenAI client; call it at the edge only."""
+    if settings.openai_base_url is None and settings.openai_model is None:
+        return None
+    if not settings.openai_base_url or not settings.openai_model:
+        raise ConfigError(f"LLM cluster summaries need both openai_base_url (SEPA_OPENAI_BASE_URL) and "
+                          f"openai_model (SEPA_OPENAI_MODEL), got {settings.openai_base_url!r} and "
+                          f"{settings.openai_model!r}")
+    if settings.openai_api_key is None:
+        raise ConfigError(f"LLM cluster summaries from {settings.openai_base_url} need an API key: set "
+                          "SEPA_OPENAI_API_KEY or OPENAI_API_KEY (any value for a server that checks none)")
+    import openai
+
+    client = openai.OpenAI(base_url=settings.openai_base_url,
+                           api_key=settings.openai_api_key.get_secret_value(), max_retries=1)
+    return LlmSummarizer(client, model=settings.openai_model)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +118,8 @@ class StreamsConfig:
         if self.processing_guarantee not in GUARANTEES:
             raise ConfigError(f"StreamsConfig.processing_guarantee must be one of {GUARANTEES}, "
                               f"got {self.processing_guarantee!r}")
+        if self.processing_guarantee == "exactly_once":
+            raise ConfigError(f"StreamsConfig.processing_guarantee: {EXACTLY_ONCE_REFUSED}")
         if not self.broker_session_timeout_s > 0:
             raise ConfigError(f"StreamsConfig.broker_session_timeout_s must be > 0, "
                               f"got {self.broker_session_timeout_s!r}")
@@ -85,6 +133,7 @@ class StreamsConfig:
     def from_settings(cls, settings, bootstrap_servers: str, **overrides) -> StreamsConfig:
         """From the project's Settings (infra.settings) and a resolved broker."""
         return cls(bootstrap_servers=bootstrap_servers, topic_prefix=settings.topic_prefix,
+                   processing_guarantee=processing_guarantee(settings),
                    broker_session_timeout_s=settings.session_timeout_ms / 1000.0,
                    data_dir=settings.memory_dir / "faust", **overrides)
 
@@ -102,6 +151,7 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.A
         broker=[f"kafka://{h.strip()}" for h in config.bootstrap_servers.split(",")],
         broker_session_timeout=config.broker_session_timeout_s,
         processing_guarantee=config.processing_guarantee,
+        stream_wait_empty=False,
         datadir=str(config.data_dir),
         web_enabled=config.web_enabled,
         topic_allow_declare=False,
@@ -139,7 +189,8 @@ def app_from_environment() -> faust.App:
     from infra.settings import load_settings
 
     settings = load_settings()
-    return make_app(StreamsConfig.from_settings(settings, resolve_bootstrap(settings)))
+    config = StreamsConfig.from_settings(settings, resolve_bootstrap(settings))
+    return make_app(config, llm=llm_summarizer(settings) if config.run_clusterer else None)
 
 
 _app: faust.App | None = None

@@ -4,8 +4,16 @@
   Per-episode detectors live in the stage, in agent memory; no faust Table per step.
 - ``failure-clusterer``: failures.moments + rollout.episodes -> failures.clusters (+ deadletter).
 
-Batches come from ``stream.take_events(batch_max, within=batch_within_s)``: the events of a batch
-are acknowledged only after the batch has been processed and its output handed to the producer.
+Acknowledgement (faust commits, per partition, the offsets below the first unacknowledged one;
+it flushes the producer before every commit):
+- The detector takes batches with ``stream.noack_take`` and acknowledges an event only once the
+  stage says so (``DetectorStage.releasable``: its episode and every earlier one in the partition
+  decided, their moments already handed to the producer). Open episodes are therefore re-read from
+  their start after a crash or a rebalance; see streams/failures/router.py. One lock orders the
+  agent and its timer, so no event is acknowledged before the moments it led to were sent.
+  After a rebalance faust seeks back to the committed offsets: the stage forgets its open episodes
+  and events of the previous generation are dropped unacknowledged (they come again).
+- The clusterer takes ``stream.take_events``: a batch is acknowledged after it is processed.
 Outputs are Confluent-framed bytes (schemas.codec), sent through faust topics with raw serializers,
 keyed by the catalog key (episode_id, cluster_id, source topic for dead letters). A timer calls the
 stages' ``tick`` for work that waits on time (overdue ends, settled episodes).
@@ -15,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import faust
+from faust.exceptions import ConsumerNotStarted
 
 from streams.deadletter import Outgoing, RawMessage
 from streams.exceptions import SummaryError
@@ -37,9 +47,9 @@ class Batching:
     stats_interval_s: float = 30.0  # how often the stages' counters are logged (when they changed), s
 
 
-def _log_stats(name: str, stage, last: dict) -> None:
+def _log_stats(name: str, stage, last: dict, force: bool = False) -> None:
     current = dict(stage.stats)
-    if current != last.get("stats"):
+    if force or current != last.get("stats"):
         last["stats"] = current
         log.info("%s: %s", name, ", ".join(f"{k}={v}" for k, v in sorted(current.items())))
 
@@ -54,16 +64,96 @@ async def publish(outputs: dict[str, faust.types.TopicT], messages: Iterable[Out
         await outputs[m.topic].send(key=m.key, value=m.value)
 
 
+class HeldEvents:
+    """The detector's events not yet acknowledged, per (topic, partition) in offset order, for one
+    consumer generation (faust's rebalance count)."""
+
+    def __init__(self) -> None:
+        self.stream = None  # the agent's stream: acknowledging through it keeps faust's sensors right
+        self.generation: int | None = None
+        self.events: dict[tuple[str, int], deque] = {}
+
+    def admit(self, events: Sequence, generation: int) -> list:
+        """The batch's events of this generation, now held; a new generation empties the holding
+        (the caller makes the stage forget too). Stale events are dropped: faust delivers them again."""
+        fresh = []
+        for event in events:
+            msg = event.message
+            if msg.generation_id != generation:
+                continue
+            self.events.setdefault((msg.topic, msg.partition), deque()).append(event)
+            fresh.append(event)
+        return fresh
+
+    def renew(self, generation: int) -> bool:
+        """True (and empty) when ``generation`` is not the one the held events belong to."""
+        if generation == self.generation:
+            return False
+        self.generation = generation
+        self.events.clear()
+        return True
+
+    async def ack(self, releasable: Mapping[tuple[str, int], int]) -> int:
+        """Acknowledges, in offset order, every held event below its partition's releasable offset."""
+        n = 0
+        for tp, held in self.events.items():
+            upto = releasable.get(tp)
+            while held and upto is not None and held[0].message.offset < upto:
+                await self.stream.ack(held.popleft())
+                n += 1
+        return n
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.events.values())
+
+
+def backlogged(consumer, delivered: Mapping[tuple[str, int], int], min_lag: int) -> set[tuple[str, int]]:
+    """Partitions whose high watermark (as of the last fetch) is more than ``min_lag`` messages
+    beyond what the stage was delivered. One not delivered from yet is not counted: faust delivers
+    round-robin from every partition of a fetch, so each partition's first messages come early."""
+    out = set()
+    for tp, upto in delivered.items():
+        try:
+            high = consumer.highwater(faust.types.TP(*tp))
+        except (AssertionError, KeyError, ConsumerNotStarted):  # not assigned (any more), not started
+            continue
+        if high is not None and high - upto > min_lag:
+            out.add(tp)
+    return out
+
+
 def register_detector(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
                       stage: DetectorStage, batching: Batching) -> None:
+    held = HeldEvents()
+    lock = asyncio.Lock()  # process/tick, publish, acknowledge: one at a time
+
+    def renew() -> int:
+        generation = app.consumer_generation_id
+        if held.renew(generation):
+            stage.forget()
+        return generation
+
     @app.agent(source, name="failure-detector")
     async def detect_failures(stream):
-        async for batch in stream.take_events(batching.batch_max, within=batching.batch_within_s):
-            await publish(outputs, stage.process([raw_message(e) for e in batch]))
+        held.stream = stream
+        try:
+            async for batch in stream.noack_take(batching.batch_max, within=batching.batch_within_s):
+                async with lock:
+                    batch = held.admit(batch, renew())
+                    await publish(outputs, stage.process([raw_message(e) for e in batch]))
+                    await held.ack(stage.releasable())
+        finally:
+            _log_stats("failure-detector", stage, {}, force=True)
 
     @app.timer(interval=batching.tick_interval_s, name="failure-detector-tick")
     async def detector_tick():
-        await publish(outputs, stage.tick())
+        if held.stream is None:
+            return
+        async with lock:
+            renew()
+            await publish(outputs, stage.tick(backlogged(app.consumer, stage.delivered,
+                                                         stage.config.backlog_messages)))
+            await held.ack(stage.releasable())
 
     last: dict = {}
 
@@ -72,21 +162,28 @@ def register_detector(app: faust.App, source: faust.types.TopicT, outputs: dict[
         _log_stats("failure-detector", stage, last)
 
 
+async def llm_summaries(stage: ClusterStage, llm: LlmSummarizer) -> list[Outgoing]:
+    """ClusterUpdated events (summary_source "llm") for the stage's pending summary requests. The
+    model is called in an executor; when it fails, the feature summary already published stands."""
+    loop = asyncio.get_running_loop()
+    out = []
+    for request in stage.take_summary_requests():
+        try:
+            text = await loop.run_in_executor(None, llm.summarize, request.stats, request.feature_summary)
+        except SummaryError as exc:
+            log.warning("keeping the feature summary: %s", exc)
+            continue
+        message = stage.llm_summary(request, text)  # None when the cluster changed meanwhile
+        if message is not None:
+            out.append(message)
+    return out
+
+
 def register_clusterer(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
                        stage: ClusterStage, batching: Batching, llm: LlmSummarizer | None = None) -> None:
     async def summarize() -> None:
-        if llm is None:
-            return
-        loop = asyncio.get_running_loop()
-        for request in stage.take_summary_requests():
-            try:
-                text = await loop.run_in_executor(None, llm.summarize, request.stats, request.feature_summary)
-            except SummaryError as exc:
-                log.warning("keeping the feature summary: %s", exc)
-                continue
-            message = stage.llm_summary(request, text)
-            if message is not None:
-                await publish(outputs, [message])
+        if llm is not None:
+            await publish(outputs, await llm_summaries(stage, llm))
 
     @app.agent(source, name="failure-clusterer")
     async def cluster_failures(stream):

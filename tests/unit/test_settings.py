@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from infra.settings import load_settings
+from infra.settings import load_settings, settings_environ
 
 
 def test_environment_and_file_and_overrides_in_order(tmp_path):
@@ -32,3 +32,23 @@ def test_settings_are_frozen():
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.toml"):
         load_settings(config_file=tmp_path / "nope.toml", environ={})
+
+
+def test_the_streams_processing_guarantee_is_a_setting():
+    assert load_settings(environ={}).streams_processing_guarantee == "at_least_once"
+    settings = load_settings(environ={"SEPA_STREAMS_PROCESSING_GUARANTEE": "exactly_once"})
+    assert settings.streams_processing_guarantee == "exactly_once"
+    with pytest.raises(ValidationError, match="at_most_once"):
+        load_settings(environ={"SEPA_STREAMS_PROCESSING_GUARANTEE": "at_most_once"})
+
+
+def test_the_openai_key_falls_back_to_openai_api_key_and_stays_secret():
+    assert load_settings(environ={}).openai_api_key is None
+    settings = load_settings(environ={"OPENAI_API_KEY": "sk-plain"})
+    assert settings.openai_api_key.get_secret_value() == "sk-plain"
+    assert "sk-plain" not in repr(settings) and "sk-plain" not in settings.model_dump_json()
+    ours = load_settings(environ={"OPENAI_API_KEY": "sk-plain", "SEPA_OPENAI_API_KEY": "sk-ours"})
+    assert ours.openai_api_key.get_secret_value() == "sk-ours"
+    # a child process (the faust worker) gets the key itself, not the mask
+    assert settings_environ(settings)["SEPA_OPENAI_API_KEY"] == "sk-plain"
+    assert load_settings(environ=settings_environ(settings)) == settings

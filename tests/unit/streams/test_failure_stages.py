@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import copy
 import math
+import random
 
 import pytest
 from failure_traces import Scene, clean_lift, ended
 
+from producers.synthetic import episodes as synthetic_episodes
 from producers.synthetic import scenario as synthetic_scenario
 from schemas.codec import Codec
 from schemas.events import make_event
 from streams.deadletter import RawMessage
 from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
 from streams.failures.collector import ClusterStage, CollectorConfig
-from streams.failures.detector import DetectorConfig
+from streams.failures.detector import DetectorConfig, EpisodeDetector
 from streams.failures.embedding import EmbeddingConfig, feature_names
 from streams.failures.router import DetectorStage, RouterConfig
 from streams.failures.summaries import FeatureDescriber, LlmSummarizer
@@ -143,18 +145,21 @@ def test_an_end_whose_last_steps_never_come_is_finished_after_the_grace_period()
     assert stage.stats["ended_with_missing_steps"] == 1
 
 
-def test_an_episode_joined_mid_way_is_not_analysed_and_redelivery_adds_nothing():
+def test_a_tail_of_an_episode_decided_before_is_ignored_and_redelivery_adds_nothing():
     scene = slip_scene()
     wire, stage = Wire(), detector_stage()
     out = stage.process([wire.event(s) for s in scene.steps[20:]] + [wire.event(ended(scene, success=False))])
-    assert out == [] and stage.stats["joined_late"] == 1 and stage.stats["not_analysed"] == 1
+    assert out == [] and stage.stats["replayed_tail"] == 1 and stage.episodes == {}
+    assert stage.stats["after_finish"] == len(scene.steps) - 20  # the rest of the tail and its end
+    assert "joined_late" not in stage.stats and "not_analysed" not in stage.stats
     full = Scene(episode_id="ep-2").approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5)
     msgs = [wire.event(started(full))] + [wire.event(s) for s in full.steps] + \
         [wire.event(ended(full, success=False))]
     first = stage.process(msgs)
     assert len(first) == 3
+    after = stage.stats["after_finish"]
     assert stage.process(msgs) == []  # at-least-once re-delivery of the whole episode
-    assert stage.stats["after_finish"] == len(msgs)
+    assert stage.stats["after_finish"] == after + len(msgs)
 
 
 def test_idle_episodes_without_an_end_are_dropped():
@@ -164,6 +169,184 @@ def test_idle_episodes_without_an_end_are_dropped():
     stage.process([wire.event(s) for s in Scene().hold(3).steps])
     clock.now += 61.0
     assert stage.tick() == [] and stage.episodes == {} and stage.stats["idle_dropped"] == 1
+
+
+def test_idle_and_evicted_episodes_release_their_messages_and_stay_decided():
+    clock = Clock()
+    stage = detector_stage(clock, idle_timeout_s=60.0, max_open_episodes=2)
+    wire = Wire()
+    a, b, c = (Scene(episode_id=f"ep-{i}").hold(3) for i in range(3))
+    stage.process([wire.event(started(a)), wire.event(a.steps[0]), wire.event(started(b)), wire.event(b.steps[0])])
+    assert stage.releasable() == {("t.rollout.episodes", 0): 0, ("t.rollout.steps", 0): 0}
+    stage.process([wire.event(started(c))])  # a third open episode: the least recently active goes
+    assert stage.stats["evicted"] == 1 and list(stage.episodes) == ["ep-1", "ep-2"]
+    assert stage.releasable() == {("t.rollout.episodes", 0): 1, ("t.rollout.steps", 0): 1}
+    stage.process([wire.event(a.steps[1])])  # the evicted episode's later steps are not analysed
+    assert stage.stats["after_finish"] == 1 and "replayed_tail" not in stage.stats
+    clock.now += 61.0
+    assert stage.tick() == [] and stage.episodes == {} and stage.stats["idle_dropped"] == 2
+    assert stage.releasable() == {("t.rollout.episodes", 0): 3, ("t.rollout.steps", 0): 3}
+
+
+# -- acknowledgement: what a restart re-reads ---------------------------------------------------------
+
+STEPS_TP, EPISODES_TP = ("t.rollout.steps", 0), ("t.rollout.episodes", 0)
+
+
+def test_messages_are_releasable_once_their_episode_and_every_earlier_one_is_decided():
+    wire, stage = Wire(), detector_stage()
+    a, b = slip_scene("ep-a"), slip_scene("ep-b")
+    stage.process([wire.event(started(a)), wire.event(a.steps[0]), wire.event(started(b))])
+    stage.process([wire.event(s) for s in b.steps] + [wire.event(ended(b, success=False))])  # b is done
+    assert stage.stats["finished"] == 1
+    assert stage.releasable() == {EPISODES_TP: 0, STEPS_TP: 0}  # a, still open, began everything
+    stage.process([wire.event(s) for s in a.steps[1:]] + [wire.event(ended(a, success=False))])
+    assert stage.releasable() == {EPISODES_TP: 4, STEPS_TP: 2 * len(a.steps)}
+    garbage = wire.raw("rollout.steps", "ep-x", b"junk")  # dead letters hold nothing back
+    stage.process([garbage])
+    assert stage.releasable()[STEPS_TP] == garbage.offset + 1
+
+
+def test_an_episodes_start_and_end_wait_until_every_step_of_it_is_releasable():
+    wire, stage = Wire(), detector_stage()
+    a, b = slip_scene("ep-a"), slip_scene("ep-b")
+    # b's steps begin before a's, but its start is published after a's end: b holds the steps
+    stage.process([wire.event(b.steps[0]), wire.event(started(a))] + [wire.event(s) for s in a.steps]
+                  + [wire.event(ended(a, success=False))])
+    assert stage.stats["finished"] == 1 and list(stage.episodes) == ["ep-b"]
+    assert stage.releasable() == {STEPS_TP: 0, EPISODES_TP: 0}  # a's start waits for a's steps
+    stage.process([wire.event(started(b))] + [wire.event(s) for s in b.steps[1:]]
+                  + [wire.event(ended(b, success=False))])
+    assert stage.releasable() == {STEPS_TP: 2 * len(a.steps), EPISODES_TP: 4}
+
+
+def test_an_end_whose_steps_were_all_committed_before_is_ignored_after_the_grace():
+    clock = Clock()
+    stage = detector_stage(clock, end_grace_s=10.0)
+    wire = Wire()
+    scene = slip_scene()
+    assert stage.process([wire.event(started(scene)), wire.event(ended(scene, success=False))]) == []
+    clock.now += 11.0
+    assert stage.tick() == [] and stage.stats["replayed_without_steps"] == 1
+    assert "ended_with_missing_steps" not in stage.stats and stage.releasable() == {EPISODES_TP: 2}
+    empty = Scene(episode_id="ep-0")  # an episode of zero steps is analysed at its end, as the detector does
+    out = stage.process([wire.event(started(empty)), wire.event(ended(empty, success=False, steps=0))])
+    alone = EpisodeDetector(DetectorConfig(), "ep-0", "scn-1", "model-1").on_end(ended(empty, False, steps=0))
+    assert [e["envelope"]["event_id"] for _, _, e in decoded(out)] == [m["envelope"]["event_id"] for m in alone]
+    assert stage.stats["finished"] == 1 and stage.episodes == {} and len(out) == 1
+
+
+def test_an_early_end_waits_while_its_partition_has_a_backlog():
+    clock = Clock()
+    stage = detector_stage(clock, end_grace_s=10.0)
+    wire = Wire()
+    scene = slip_scene()
+    stage.process([wire.event(started(scene)), wire.event(ended(scene, success=False))]
+                  + [wire.event(s) for s in scene.steps[:5]])
+    for _ in range(10):  # a restart reads the small episodes topic long before the steps
+        clock.now += 30.0
+        assert stage.tick(backlogged={STEPS_TP}) == []
+    out = stage.process([wire.event(s) for s in scene.steps[5:]])
+    assert [e["failure_type"] for _, _, e in decoded(out)] == ["slip", "drop", "timeout"]
+
+
+def test_the_episode_holding_back_the_most_messages_is_dropped_beyond_the_bound():
+    wire, stage = Wire(), detector_stage(max_held_messages=25)
+    stuck, busy = Scene(episode_id="ep-stuck").hold(2), slip_scene("ep-busy")
+    stage.process([wire.event(started(stuck)), wire.event(stuck.steps[0]), wire.event(started(busy))])
+    stage.process([wire.event(s) for s in busy.steps[:22]])
+    assert "held_dropped" not in stage.stats  # 2 + 23 wait
+    stage.process([wire.event(busy.steps[22])])
+    assert stage.stats["held_dropped"] == 1 and list(stage.episodes) == ["ep-busy"]
+    assert stage.releasable() == {EPISODES_TP: 1, STEPS_TP: 1}  # busy, open, holds from its first step
+
+
+def test_forgetting_after_a_rebalance_keeps_decided_episodes_decided():
+    wire, stage = Wire(), detector_stage()
+    a, b = slip_scene("ep-a"), slip_scene("ep-b")
+    first = [wire.event(started(a))] + [wire.event(s) for s in a.steps] + [wire.event(ended(a, success=False))]
+    assert len(stage.process(first + [wire.event(started(b)), wire.event(b.steps[0])])) == 3
+    stage.forget()
+    assert stage.episodes == {} and stage.releasable() == {} and stage.stats["forgotten"] == 1
+    assert stage.process(first) == []  # faust seeks back: a comes again, b from its start
+    again = [wire.event(started(b))] + [wire.event(s) for s in b.steps] + [wire.event(ended(b, success=False))]
+    assert [e["failure_type"] for _, _, e in decoded(stage.process(again))] == ["slip", "drop", "timeout"]
+
+
+def _traffic(seed: int) -> list[dict]:
+    """Six rollout workers' synthetic episodes (different lengths), interleaved round robin."""
+    streams = [synthetic_episodes(3, 20 + 9 * w, seed=seed * 10 + w, run_id=f"w{w}") for w in range(6)]
+    events = []
+    while streams:
+        for stream in list(streams):
+            try:
+                events.append(next(stream))
+            except StopIteration:
+                streams.remove(stream)
+    return events
+
+
+def _deliver(rng, pending: dict, stage, clock, out: list, stop_after: int | None = None) -> int:
+    """Delivers from the partitions in random interleaving and batch sizes (each partition in order),
+    ticking with the clock advancing; returns how many batches were delivered."""
+    batches = 0
+    while any(pending.values()) and (stop_after is None or batches < stop_after):
+        tp = rng.choice([tp for tp, queue in pending.items() if queue])
+        size = rng.randint(1, 40)
+        batch, pending[tp] = pending[tp][:size], pending[tp][size:]
+        out += stage.process(batch)
+        clock.now += rng.choice([0.0, 0.1, 3.0, 30.0])
+        out += stage.tick(backlogged={tp for tp, queue in pending.items() if queue})
+        batches += 1
+    return batches
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_crash_at_any_commit_then_a_restart_emits_every_moment_the_detector_finds_and_nothing_else(seed):
+    """The restart story without a broker: commit = what releasable() allowed at some batch; outputs
+    up to that commit survive (faust flushes before committing), later ones may or may not."""
+    rng = random.Random(seed)
+    events = _traffic(seed)
+    appended: dict[tuple[str, int], list[tuple[float, dict]]] = {}
+    for i, event in enumerate(events):
+        topic = "rollout.steps" if event["envelope"]["event_type"] == "Step" else "rollout.episodes"
+        tp = (PREFIX + topic, int(event["episode_id"][-1], 16) % 2)
+        # a producer's batches to the two topics reach the broker in either order
+        when = i + (rng.choice([0, 0, 5, 40]) if topic == "rollout.episodes" else 0)
+        appended.setdefault(tp, []).append((when, event))
+    messages = {tp: [RawMessage(tp[0], tp[1], offset, e["episode_id"].encode(), CODEC.encode(e))
+                     for offset, (_, e) in enumerate(sorted(queue, key=lambda x: x[0]))]
+                for tp, queue in appended.items()}
+    expected = {}
+    for episode_id in dict.fromkeys(e["episode_id"] for e in events):
+        start, *steps, end = [CODEC.decode(CODEC.encode(e)) for e in events if e["episode_id"] == episode_id]
+        detector = EpisodeDetector(DetectorConfig(), episode_id, start["scenario_id"], start["model_id"])
+        for step in steps:
+            detector.on_step(step)
+        detector.on_end(end)
+        expected.update((m["envelope"]["event_id"], CODEC.encode(m)) for m in detector.moments)
+
+    clock, out = Clock(), []
+    first = detector_stage(clock)
+    pending = {tp: list(queue) for tp, queue in messages.items()}
+    committed, survived = {tp: 0 for tp in messages}, 0
+    for _ in range(rng.randint(1, 25)):  # the commits faust makes, then the crash
+        _deliver(rng, pending, first, clock, out, stop_after=rng.randint(1, 4))
+        committed.update(first.releasable())
+        survived = len(out)
+    out = out[:rng.randint(survived, len(out))]
+
+    second = detector_stage(clock)
+    pending = {tp: queue[committed[tp]:] for tp, queue in messages.items()}
+    _deliver(rng, pending, second, clock, out)
+    clock.now += 60.0
+    out += second.tick()
+    emitted = [(CODEC.decode(o.value)["envelope"]["event_id"], o.value) for o in out if o.topic == "failures.moments"]
+    assert {event_id for event_id, _ in emitted} == set(expected)
+    assert all(value == expected[event_id] for event_id, value in emitted)
+    assert not {"joined_late", "not_analysed", "ended_with_missing_steps", "idle_dropped", "evicted"} & set(
+        first.stats | second.stats)
+    assert second.episodes == {}
 
 
 # -- cluster stage -------------------------------------------------------------------------------

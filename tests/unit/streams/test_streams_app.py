@@ -3,8 +3,10 @@ Builds apps only; connects to nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -28,6 +30,7 @@ def test_defaults_follow_the_platform_notes(app_module, tmp_path):
     assert app.conf.processing_guarantee.value == "at_least_once"
     assert [str(u) for u in app.conf.broker] == ["kafka://127.0.0.1:9092", "kafka://127.0.0.1:9093"]
     assert app.conf.topic_allow_declare is False and app.conf.web_enabled is False
+    assert app.conf.stream_wait_empty is False  # the detector holds open episodes' acks back
     assert set(app.agents) == {"failure-detector", "failure-clusterer"}
     detector = app.agents["failure-detector"]
     assert set(detector.channel.topics) == {"x.rollout.steps", "x.rollout.episodes"}
@@ -36,9 +39,9 @@ def test_defaults_follow_the_platform_notes(app_module, tmp_path):
     assert (tmp_path / "faust").is_dir()
 
 
-def test_exactly_once_is_selectable_and_nonsense_is_refused(app_module, tmp_path):
-    app = app_module.make_app(config(app_module, tmp_path, processing_guarantee="exactly_once"))
-    assert app.conf.processing_guarantee.value == "exactly_once"
+def test_exactly_once_is_refused_with_the_reason_and_nonsense_too(app_module, tmp_path):
+    with pytest.raises(ConfigError, match="never commit"):  # faust-streaming 0.15.3: see streams/app.py
+        config(app_module, tmp_path, processing_guarantee="exactly_once")
     with pytest.raises(ConfigError, match="at_most_once"):
         config(app_module, tmp_path, processing_guarantee="at_most_once")
     with pytest.raises(ConfigError, match="bootstrap"):
@@ -54,6 +57,88 @@ def test_config_from_project_settings(app_module, tmp_path):
     settings = Settings(memory_dir=tmp_path, topic_prefix="p.", session_timeout_ms=4000)
     cfg = app_module.StreamsConfig.from_settings(settings, "127.0.0.1:1")
     assert (cfg.topic_prefix, cfg.broker_session_timeout_s, cfg.data_dir) == ("p.", 4.0, tmp_path / "faust")
+
+
+def test_the_processing_guarantee_comes_from_the_settings(app_module, tmp_path):
+    external = Settings(memory_dir=tmp_path, bootstrap_servers="127.0.0.1:1",
+                        streams_processing_guarantee="exactly_once")
+    with pytest.raises(ConfigError, match="SEPA_STREAMS_PROCESSING_GUARANTEE.*never commit"):
+        app_module.StreamsConfig.from_settings(external, "127.0.0.1:1")
+    assert app_module.StreamsConfig.from_settings(Settings(memory_dir=tmp_path), "127.0.0.1:1") \
+        .processing_guarantee == "at_least_once"
+
+
+def test_exactly_once_on_the_embedded_broker_is_refused_naming_the_setting(app_module, tmp_path):
+    embedded = Settings(memory_dir=tmp_path, streams_processing_guarantee="exactly_once")
+    with pytest.raises(ConfigError, match="SEPA_STREAMS_PROCESSING_GUARANTEE.*Tansu"):
+        app_module.StreamsConfig.from_settings(embedded, "127.0.0.1:9092")  # the address `up` resolved
+
+
+def test_up_refuses_exactly_once_on_the_embedded_broker_before_starting_anything(tmp_path):
+    from infra.processes import up
+
+    with pytest.raises(ConfigError, match="streams_processing_guarantee"):
+        up(Settings(memory_dir=tmp_path, streams_processing_guarantee="exactly_once"))
+    assert not (tmp_path / "run" / "state.json").exists()
+
+
+def test_the_edge_wires_the_llm_summarizer_from_the_environment(app_module, tmp_path, monkeypatch):
+    for name, value in {"SEPA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "SEPA_MEMORY_DIR": str(tmp_path),
+                        "SEPA_OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "SEPA_OPENAI_MODEL": "m",
+                        "OPENAI_API_KEY": "k"}.items():
+        monkeypatch.setenv(name, value)
+    app = app_module.app_from_environment()
+    assert app.failure_cluster_stage.want_llm_summaries is True
+    monkeypatch.delenv("SEPA_OPENAI_MODEL")
+    monkeypatch.delenv("SEPA_OPENAI_BASE_URL")
+    assert app_module.app_from_environment().failure_cluster_stage.want_llm_summaries is False
+
+
+class FakeStream:
+    def __init__(self):
+        self.acked = []
+
+    async def ack(self, event):
+        self.acked.append((event.message.topic, event.message.partition, event.message.offset))
+        return True
+
+
+def fake_event(topic: str, partition: int, offset: int, generation: int = 1):
+    return SimpleNamespace(message=SimpleNamespace(topic=topic, partition=partition, offset=offset,
+                                                   generation_id=generation))
+
+
+def test_held_events_are_acked_in_offset_order_up_to_what_the_stage_releases():
+    from streams.failures.agents import HeldEvents
+
+    held, stream = HeldEvents(), FakeStream()
+    held.stream = stream
+    assert held.renew(1) is True and held.renew(1) is False
+    batch = [fake_event("s", 0, 0), fake_event("e", 0, 0), fake_event("s", 0, 1), fake_event("s", 1, 0),
+             fake_event("s", 0, 2), fake_event("s", 0, 3, generation=0)]  # the last from before a rebalance
+    assert len(held.admit(batch, 1)) == 5 and len(held) == 5
+    assert asyncio.run(held.ack({("s", 0): 2, ("e", 0): 0})) == 2
+    assert stream.acked == [("s", 0, 0), ("s", 0, 1)]
+    asyncio.run(held.ack({("s", 0): 3, ("e", 0): 1, ("s", 1): 1}))
+    assert stream.acked[2:] == [("s", 0, 2), ("e", 0, 0), ("s", 1, 0)] and len(held) == 0
+    held.admit([fake_event("s", 0, 4)], 1)
+    assert held.renew(2) is True and len(held) == 0  # a rebalance: faust delivers them again
+
+
+def test_backlogged_partitions_are_those_lagging_beyond_a_bound(app_module):
+    from faust.exceptions import ConsumerNotStarted
+
+    from streams.failures.agents import backlogged
+
+    class Consumer:
+        def highwater(self, tp):
+            if tp.partition == 3:
+                raise ConsumerNotStarted("not yet")
+            return {0: 10, 1: 7, 2: None}[tp.partition]
+
+    delivered = {("s", 0): 7, ("s", 1): 7, ("s", 2): 3, ("s", 3): 1}
+    assert backlogged(Consumer(), delivered, 0) == {("s", 0)}
+    assert backlogged(Consumer(), delivered, 3) == set()  # live traffic always lags a little
 
 
 def test_importing_the_module_builds_no_app(app_module):
