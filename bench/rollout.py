@@ -1,12 +1,27 @@
-"""Rollout benchmark: what instrumentation costs, and how many published steps/s two workers make.
+"""Rollout benchmark: what the env step, instrumentation and publishing cost, and how many
+published steps/s a pool of worker processes makes.
 
-Prints, from one run (Lift, oracle policy, embedded Tansu broker):
-  1. per-step time of the bare loop (policy + env.step + the signals the scripted policy reads),
-     and of the same loop instrumented (Step event built + Avro-encoded + published), side by
-     side on the same seeds; the overhead ratio;
-  2. the cost of signals() alone (a VLA policy would not need it: then it is instrumentation too);
-  3. env steps/s of published step events with a pool of N worker processes, no keyframes;
-  4. keyframe cost (128x128 offscreen render + PNG + store) per frame.
+Prints, from one run (Lift, embedded Tansu broker):
+  1. SimEnv.step alone, robosuite's stock step against the lean step (producers/sim/envs.py
+     _LeanControlStep), alternating on the same seeds and actions: per-process steps/s of the
+     simulator, per wall second and per CPU second;
+  2. per-step time of the bare loop (oracle policy + env.step + the signals it reads), and of the
+     same loop instrumented (Step event built + Avro-encoded + published), side by side on the
+     same seeds; the overhead ratio, and the cost of each part of one Step event;
+  3. the cost of signals() alone (a VLA policy would not need it: then it is instrumentation too);
+  4. env steps/s of published step events with a pool of N worker processes, no keyframes
+     (scripted-clumsy, horizon 200, 4 episodes per process, one task per episode):
+       - steady state: the pool's processes were spawned, imported the simulator and built the
+         scenario's env before the clock starts (RolloutPool.warm); that is what a running worker
+         does for every request of a scenario it has seen;
+       - first request of a new scenario: the same, but each process builds the env (~3 s) inside
+         the timed window;
+     the clock runs from submitting the request to every process having flushed its producer
+     (every event acknowledged by the broker); the Step events are then read back from the broker
+     and counted, and the count must equal the steps the pool reports. On a shared machine the
+     wall-clock rate depends on what else runs, so the CPU time the pool's processes used in the
+     window (from /proc) is printed too: steps per CPU-second is what the work itself costs;
+  5. keyframe cost (128x128 offscreen render + PNG + store) per frame.
 
 Usage:
     python bench/rollout.py [--episodes 6] [--processes 2]
@@ -15,27 +30,37 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import tempfile
 import time
+import timeit
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
 from infra.embedded_broker import TansuBroker  # noqa: E402
 from infra.kafka_clients import ensure_topics, make_producer  # noqa: E402
 from producers.keyframes import KeyframeStore  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
-from producers.recorder import EpisodeIdentity, EpisodeRecorder  # noqa: E402
+from producers.recorder import SIGNAL_FIELDS, EpisodeIdentity, EpisodeRecorder  # noqa: E402
 from producers.rollout_worker import RolloutPool, rollout_request  # noqa: E402
 from producers.sim.envs import make_env  # noqa: E402
 from producers.sim.policies import make_policy  # noqa: E402
 from producers.sim.scenario import ScenarioSpec  # noqa: E402
+from schemas.codec import Codec  # noqa: E402
+from schemas.events import make_event  # noqa: E402
 
 HORIZON = 150
+POOL_HORIZON = 200
+POOL_MODEL = "scripted-clumsy"
+EPISODES_PER_PROCESS = 4
 
 
 def loop(env, seed: int, recorder: EpisodeRecorder | None) -> tuple[int, float]:
@@ -53,6 +78,91 @@ def loop(env, seed: int, recorder: EpisodeRecorder | None) -> tuple[int, float]:
     return HORIZON, time.perf_counter() - start
 
 
+def env_steps_per_s(env, seed: int, lean: bool) -> tuple[float, float]:
+    """SimEnv.step alone on fixed pseudo-random actions: (steps per wall second, per CPU second)."""
+    env.robosuite_env.lean_step = lean
+    try:
+        actions = np.random.default_rng(0).uniform(-0.5, 0.5, size=(HORIZON, 7))
+        env.reset(seed)
+        wall, cpu = time.perf_counter(), time.process_time()
+        for action in actions:
+            env.step(action)
+        return HORIZON / (time.perf_counter() - wall), HORIZON / (time.process_time() - cpu)
+    finally:
+        env.robosuite_env.lean_step = True
+
+
+def event_costs(publisher: Publisher, signals: dict) -> tuple[float, float, float]:
+    """Microseconds to build, encode, and hand one Step event to the producer."""
+    fields = {name: signals[name] for name in SIGNAL_FIELDS}
+
+    def build():
+        return make_event("Step", ("ep-bench", 1), "bench", "bench", episode_id="ep-bench", t=1, action=[0.1] * 7,
+                          reward=0.0, keyframe_sha256=None, **fields)
+
+    event = build()
+    codec = Codec()
+    value = codec.encode(event)
+    topic = f"{publisher.prefix}rollout.steps"
+    n = 2000
+    build_us = min(timeit.repeat(build, number=n, repeat=5)) / n * 1e6
+    encode_us = min(timeit.repeat(lambda: codec.encode(event), number=n, repeat=5)) / n * 1e6
+    publish_us = min(timeit.repeat(lambda: publisher.publish_raw(topic, b"ep-bench", value), number=n,
+                                   repeat=3)) / n * 1e6
+    publisher.flush()
+    return build_us, encode_us, publish_us
+
+
+def count_steps(bootstrap: str, topic: str, episode_ids: set[str], expected: int, timeout_s: float = 60.0) -> int:
+    """Step events of these episodes on the broker, read from the beginning of the topic."""
+    codec = Codec()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    seen: set[tuple[str, int]] = set()
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        start = last = time.monotonic()
+        while time.monotonic() - start < timeout_s and (len(seen) < expected or time.monotonic() - last < 2.0):
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            last = time.monotonic()
+            event = codec.decode(msg.value())
+            if event.get("episode_id") in episode_ids:
+                seen.add((event["episode_id"], event["t"]))
+    finally:
+        consumer.close()
+    return len(seen)
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """CPU time (user + system, all threads) the processes have used so far; None without /proc."""
+    total = 0
+    try:
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def timed_request(pool: RolloutPool, pids: list[int], spec: ScenarioSpec, seeds: list[int], run_id: str):
+    """(summaries, wall seconds, CPU seconds the pool's processes used meanwhile or None)."""
+    request = rollout_request(spec.to_dict(), POOL_MODEL, seeds, run_id=run_id)
+    cpu0 = cpu_seconds(pids)
+    start = time.perf_counter()
+    summaries = pool.run(request)
+    wall = time.perf_counter() - start
+    cpu1 = cpu_seconds(pids)
+    return summaries, wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+
+
+def cpu_note(steps: int, cpu: float | None) -> str:
+    return "" if not cpu else f"; the workers used {cpu:.1f} CPU-s = {steps / cpu:,.0f} steps per CPU-second"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=6)
@@ -64,6 +174,12 @@ def main() -> int:
         ensure_topics(bootstrap, prefix)
         publisher = Publisher(make_producer(bootstrap), prefix)
         env = make_env(spec, keyframes=True)
+
+        stock_rates, lean_rates = [], []
+        for seed in range(5):  # alternate so drift in machine load hits both equally
+            stock_rates.append(env_steps_per_s(env, seed, lean=False))
+            lean_rates.append(env_steps_per_s(env, seed, lean=True))
+
         bare = inst = 0.0
         steps = 0
         for seed in range(args.episodes):  # alternate so drift in machine load hits both equally
@@ -78,6 +194,9 @@ def main() -> int:
             steps += n
         publisher.flush()
         env.reset(0)
+        for _ in range(30):
+            env.step(np.array([0.0, 0.0, -0.5, 0.0, 0.0, 0.0, -1.0]))
+        build_us, encode_us, publish_us = event_costs(publisher, env.signals())
         t0 = time.perf_counter()
         for _ in range(500):
             env.signals()
@@ -90,27 +209,43 @@ def main() -> int:
         keyframe_ms = (time.perf_counter() - t0) / 20 * 1000
         env.close()
 
-        pool = RolloutPool(bootstrap, prefix, Path(tmp) / "kf", args.processes)
-        warm = rollout_request(spec.to_dict(), "oracle", [0] * args.processes, run_id="warm")
-        pool.run(warm)  # spawn + imports + env build, not what we measure
-        request = rollout_request(ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube").to_dict(),
-                                  "scripted-clumsy", list(range(4 * args.processes)), run_id="bench")
         t0 = time.perf_counter()
-        summaries = pool.run(request)
-        pool_s = time.perf_counter() - t0
-        pool.close()
-        pool_steps = sum(s.steps for s in summaries)
+        pool = RolloutPool(bootstrap, prefix, Path(tmp) / "kf", args.processes)
+        steady_spec = ScenarioSpec(env_name="Lift", horizon=POOL_HORIZON, instruction="lift the cube")
+        pids = pool.warm(steady_spec.to_dict())  # spawn + imports + env build in every process: not timed
+        warm_s = time.perf_counter() - t0
+        seeds = list(range(EPISODES_PER_PROCESS * args.processes))
+        try:
+            steady, steady_s, steady_cpu = timed_request(pool, pids, steady_spec, seeds, run_id="bench-steady")
+            cold_spec = steady_spec.mutate(placement_x_range=(-0.02, 0.02))  # a scenario no process has seen
+            cold, cold_s, cold_cpu = timed_request(pool, pids, cold_spec, seeds, run_id="bench-cold")
+        finally:
+            pool.close()
+        steady_steps, cold_steps = sum(s.steps for s in steady), sum(s.steps for s in cold)
+        on_broker = count_steps(bootstrap, f"{prefix}rollout.steps", {s.episode_id for s in steady + cold},
+                                steady_steps + cold_steps)
 
     bare_ms, inst_ms = bare / steps * 1000, inst / steps * 1000
+    stock, lean = (statistics.median(r[0] for r in stock_rates), statistics.median(r[0] for r in lean_rates))
+    stock_cpu, lean_cpu = (statistics.median(r[1] for r in stock_rates), statistics.median(r[1] for r in lean_rates))
+    print(f"SimEnv.step alone (Lift, {HORIZON} random actions x 5 seeds each, median): robosuite stock step "
+          f"{stock:6.1f} steps/s, lean step {lean:6.1f} steps/s ({lean / stock:.2f}x, identical results); "
+          f"per CPU-second {stock_cpu:.0f} vs {lean_cpu:.0f}")
     print(f"steps per loop: {steps} (Lift, oracle, {args.episodes} seeds, each run bare and instrumented)")
     print(f"bare loop:          {bare_ms:7.3f} ms/step  ({1000 / bare_ms:6.1f} steps/s)")
     print(f"instrumented loop:  {inst_ms:7.3f} ms/step  ({1000 / inst_ms:6.1f} steps/s)")
     print(f"instrumentation overhead (event build + encode + publish): {100 * (inst_ms / bare_ms - 1):+.1f}%")
+    print(f"one Step event: build {build_us:.1f} us + Avro encode {encode_us:.1f} us + produce {publish_us:.1f} us")
     print(f"signals() alone: {signals_ms:.3f} ms/step = {100 * signals_ms / bare_ms:.1f}% of the bare loop")
-    print(f"pool of {args.processes}: {pool_steps} published steps in {pool_s:.1f} s = {pool_steps / pool_s:,.0f} "
-          f"env steps/s (no keyframes)")
+    print(f"pool of {args.processes} (pids {pids}): spawn + imports + env build took {warm_s:.1f} s, not timed")
+    print(f"  steady state:  {steady_steps} published steps in {steady_s:.1f} s = {steady_steps / steady_s:,.0f} "
+          f"env steps/s (no keyframes, {POOL_MODEL}, {len(seeds)} episodes){cpu_note(steady_steps, steady_cpu)}")
+    print(f"  new scenario:  {cold_steps} published steps in {cold_s:.1f} s = {cold_steps / cold_s:,.0f} "
+          f"env steps/s (each process builds the env inside the timed window){cpu_note(cold_steps, cold_cpu)}")
+    print(f"  Step events read back from the broker: {on_broker} of {steady_steps + cold_steps}"
+          + ("" if on_broker == steady_steps + cold_steps else "  MISMATCH"))
     print(f"keyframe 128x128 render + PNG + store: {keyframe_ms:.1f} ms/frame")
-    return 0
+    return 0 if on_broker == steady_steps + cold_steps else 1
 
 
 if __name__ == "__main__":

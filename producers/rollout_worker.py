@@ -1,9 +1,15 @@
 """Rollout requests -> simulated episodes -> events, in a pool of worker processes.
 
-A RolloutRequested names a scenario, a model and seeds. Seeds are split across processes; each
-process builds the env once and records every episode through the recorder. The request's
-offset is committed only after every episode was published and acknowledged, so a worker that
-dies mid-request runs it again on restart: same seeds, same events, same ids, counted once.
+A RolloutRequested names a scenario, a model and seeds. Each seed is a task for the pool's
+processes, which record their episodes through the recorder. The request's offset is committed
+only after every episode was published and acknowledged, so a worker that dies mid-request runs
+it again on restart: same seeds, same events, same ids, counted once.
+
+The pool's processes live as long as the pool and keep what is costly to make: each keeps its
+last ENV_CACHE_SIZE envs by (scenario_id, keyframes), so a scenario's env is built (~3 s) once
+per process, not once per request (an episode is a function of (scenario, seed) alone, whatever
+the env ran before), and one producer per (bootstrap, topic prefix). ``RolloutPool.warm`` builds a
+scenario's env in every process ahead of the first request.
 
     sepa-eval rollout --env Lift --model oracle --episodes 10        # direct, with progress
     sepa-eval rollout-worker                                          # serve rollout.requests
@@ -13,10 +19,13 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import threading
+from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -34,6 +43,10 @@ from schemas.exceptions import SchemaError
 log = logging.getLogger(__name__)
 PRODUCER = "robosuite-worker"
 GROUP_ID = "sepa-rollout-workers"
+# Envs each pool process keeps, least recently used dropped first (a robosuite env holds ~10 MB).
+ENV_CACHE_SIZE = 4
+# How long RolloutPool.warm waits for every process to have built its env.
+WARM_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -54,54 +67,132 @@ def rollout_request(scenario: dict, model_id: str, seeds: list[int], purpose: st
                       purpose=purpose, keyframe_every=keyframe_every)
 
 
+# -- what a pool process keeps between requests ---------------------------------------------
+
+_envs: OrderedDict[tuple[str, bool], Any] = OrderedDict()
+_publishers: dict[tuple[str, str], Publisher] = {}
+_warm_barrier: Any = None
+
+
+def _init_process(barrier: Any) -> None:
+    """Pool process initializer: keeps the warm-up barrier and pays the imports up front."""
+    global _warm_barrier
+    _warm_barrier = barrier
+    import producers.sim.envs  # noqa: F401  (robosuite, MuJoCo, numba: ~3 s)
+
+
+def _cached_env(adapter: Any, scenario: dict, keyframes: bool) -> Any:
+    """This process's env for the scenario, built on first use (scenario_id is a content hash)."""
+    key = (scenario["scenario_id"], keyframes)
+    env = _envs.get(key)
+    if env is None:
+        env = adapter.make_env(scenario, keyframes=keyframes)
+        _envs[key] = env
+        while len(_envs) > ENV_CACHE_SIZE:
+            _, old = _envs.popitem(last=False)
+            old.close()
+    _envs.move_to_end(key)
+    return env
+
+
+def _drop_env(scenario: dict, keyframes: bool) -> None:
+    env = _envs.pop((scenario["scenario_id"], keyframes), None)
+    if env is not None:
+        env.close()
+
+
+def _cached_publisher(bootstrap: str, prefix: str) -> Publisher:
+    publisher = _publishers.get((bootstrap, prefix))
+    if publisher is None:
+        publisher = _publishers[(bootstrap, prefix)] = Publisher(make_producer(bootstrap), prefix)
+    return publisher
+
+
+def warm_env(scenario: dict, keyframes: bool) -> int:
+    """Pool task: builds the scenario's env in this process, then waits at the barrier until every
+    process has, so each process gets exactly one of the pool's warm-up tasks. Returns the pid."""
+    _cached_env(adapter_for(scenario["benchmark"]), scenario, keyframes)
+    if _warm_barrier is not None:
+        _warm_barrier.wait(WARM_TIMEOUT_S)
+    return os.getpid()
+
+
+def cache_info() -> tuple[int, list[tuple[str, bool]]]:
+    """Pool task: this process's pid and the (scenario_id, keyframes) of its cached envs, oldest first."""
+    return os.getpid(), list(_envs)
+
+
 def run_seeds(bootstrap: str, prefix: str, request: dict, seeds: list[int], keyframe_root: str,
               models_path: str | None = None) -> list[EpisodeSummary]:
-    """One process's share of a request. Runs in a pool process: builds its own producer and env."""
+    """One process's share of a request, published and acknowledged before it returns. Runs in a
+    pool process, with that process's cached env and producer."""
     models = {m.model_id: m for m in (load_models(Path(models_path)) if models_path else load_models())}
     if request["model_id"] not in models:
         raise KeyError(f"model {request['model_id']!r} is not registered; known: {sorted(models)}")
     model: ModelConfig = models[request["model_id"]]
-    adapter = adapter_for(request["scenario"]["benchmark"])
-    env = adapter.make_env(request["scenario"], keyframes=request["keyframe_every"] > 0)
-    publisher = Publisher(make_producer(bootstrap), prefix)
+    scenario, keyframe_every = request["scenario"], request["keyframe_every"]
+    adapter = adapter_for(scenario["benchmark"])
+    publisher = _cached_publisher(bootstrap, prefix)
     keyframes = KeyframeStore(Path(keyframe_root))
     summaries = []
     try:
         for seed in seeds:
+            env = _cached_env(adapter, scenario, keyframe_every > 0)
             identity = EpisodeIdentity(run_id=request["envelope"]["run_id"], benchmark=adapter.name,
-                                       task=request["scenario"]["env_name"], scenario=request["scenario"],
-                                       model_id=model.model_id,
+                                       task=scenario["env_name"], scenario=scenario, model_id=model.model_id,
                                        model_version=model.version, seed=seed, request_id=request["request_id"],
                                        producer=PRODUCER)
-            episode = Episode(env, model.make_policy(), seed, keyframe_every=request["keyframe_every"])
+            episode = Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every)
             with EpisodeRecorder(publisher, identity, keyframes) as recorder:
                 for record in episode:
                     recorder.step(record.action, record.signals, record.reward, record.success, record.keyframe)
                 out = episode.outcome
                 recorder.end(out.success, out.termination, out.error, out.final_keyframe)
+            if out.termination == "env_error":  # the simulator raised: do not reuse that env
+                _drop_env(scenario, keyframe_every > 0)
             summaries.append(EpisodeSummary(identity.episode_id, seed, out.success, out.termination, out.steps,
                                             out.error))
-        publisher.flush()
-    finally:
-        env.close()
+    except BaseException:
+        _drop_env(scenario, keyframe_every > 0)
+        raise
+    publisher.flush()
     return summaries
 
 
 class RolloutPool:
-    """Splits a request's seeds across worker processes (spawned: MuJoCo and GL state do not fork)."""
+    """Splits a request's seeds across worker processes (spawned: MuJoCo and GL state do not fork).
+
+    The processes are started with the pool, import the simulator in the background at once, and
+    live until close()."""
 
     def __init__(self, bootstrap: str, prefix: str, keyframe_root: Path, processes: int = 2):
         self.bootstrap, self.prefix = bootstrap, prefix
         self.keyframe_root = str(keyframe_root)
         self.processes = processes
-        self.executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        ctx = multiprocessing.get_context("spawn")
+        self.executor = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init_process,
+                                            initargs=(ctx.Barrier(processes),))
+        for _ in range(processes):  # the executor starts a process per task while none is idle
+            self.executor.submit(os.getpid)
+
+    def warm(self, scenario: dict, keyframes: bool = False) -> list[int]:
+        """Builds the scenario's env in every process (blocks until done); returns their pids."""
+        futures = [self.executor.submit(warm_env, scenario, keyframes) for _ in range(self.processes)]
+        return sorted(f.result() for f in futures)
 
     def run(self, request: dict) -> list[EpisodeSummary]:
-        seeds = list(request["seeds"])
-        shares = [seeds[i::self.processes] for i in range(self.processes) if seeds[i::self.processes]]
-        futures = [self.executor.submit(run_seeds, self.bootstrap, self.prefix, request, share, self.keyframe_root)
-                   for share in shares]
-        return sorted((s for f in futures for s in f.result()), key=lambda s: s.seed)
+        """Runs the request's episodes, one task per seed: a process that is done takes the next
+        seed, so episodes that end early (success) do not leave a process idle while another
+        still has a fixed share to run. Returns when every episode is published and acknowledged."""
+        futures = [self.executor.submit(run_seeds, self.bootstrap, self.prefix, request, [seed], self.keyframe_root)
+                   for seed in request["seeds"]]
+        try:
+            summaries = [s for f in futures for s in f.result()]
+        except BaseException:
+            for f in futures:  # the request failed: do not run the seeds no process has started
+                f.cancel()
+            raise
+        return sorted(summaries, key=lambda s: s.seed)
 
     def close(self) -> None:
         self.executor.shutdown()

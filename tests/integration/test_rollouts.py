@@ -18,7 +18,7 @@ from websockets.sync.server import serve
 
 from infra.kafka_clients import ensure_topics, make_producer
 from producers.publisher import Publisher
-from producers.rollout_worker import RolloutPool, RolloutWorker, rollout_request, run_seeds
+from producers.rollout_worker import RolloutPool, RolloutWorker, cache_info, rollout_request, run_seeds
 from producers.sim.envs import make_env
 from producers.sim.rollout import Episode
 from producers.sim.scenario import ScenarioSpec
@@ -230,3 +230,37 @@ def test_worker_dead_letters_an_unknown_model_and_serves_the_next_request(tansu,
     assert ended["episode_id"] == by_type["EpisodeStarted"]["episode_id"]
     assert ended["termination"] in ("success", "timeout") and 0 < ended["steps"] <= 30
     assert all(e.get("request_id") != bad["request_id"] for e in episodes)
+
+
+# 4. A pool process keeps its env between episodes and requests; the events do not change.
+
+def test_a_cached_env_publishes_what_a_fresh_process_publishes(tansu, tmp_path):
+    spec = lift_spec(40).to_dict()
+    request = rollout_request(spec, "scripted-novice", [1, 3], run_id="cached")
+    cached_prefix, fresh_prefix_ = fresh_prefix(tansu), fresh_prefix(tansu)
+
+    pool = RolloutPool(tansu, cached_prefix, tmp_path / "kf", processes=1)
+    try:
+        [pid] = pool.warm(spec)
+        pool.run(rollout_request(spec, "scripted-clumsy", [5], run_id="history"))  # the env has a past
+        cached = pool.run(request)
+        assert pool.executor.submit(cache_info).result() == (pid, [(spec["scenario_id"], False)])
+    finally:
+        pool.close()
+
+    # each seed in a process of its own, which builds its env for that one episode
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=ctx, max_tasks_per_child=1) as fresh_pool:
+        futures = [fresh_pool.submit(run_seeds, tansu, fresh_prefix_, request, [seed], str(tmp_path / "kf2"))
+                   for seed in (1, 3)]
+        fresh = sorted((s for f in futures for s in f.result(timeout=120)), key=lambda s: s.seed)
+    assert cached == fresh and [s.seed for s in cached] == [1, 3]
+
+    episode_ids = {s.episode_id for s in cached}
+    streams = []
+    for prefix in (cached_prefix, fresh_prefix_):
+        events = without_event_time(consume(tansu, [f"{prefix}rollout.steps", f"{prefix}rollout.episodes"]))
+        streams.append(sorted((e for e in events if e["episode_id"] in episode_ids),
+                              key=lambda e: (e["episode_id"], e["envelope"]["event_type"], e.get("t", -1))))
+    assert len(streams[0]) == sum(s.steps for s in cached) + 2 * len(cached)
+    assert digest(streams[0]) == digest(streams[1])

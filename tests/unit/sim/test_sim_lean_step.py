@@ -1,0 +1,123 @@
+"""The lean control step (envs._LeanControlStep) against robosuite's stock MujocoEnv.step: two envs
+of one scenario, one seed, the same actions; the simulator state, the controller's goal and
+torques, the observation clock, robosuite's observations, reward and our signals must be
+bit-identical after every step. (robosuite's proprioceptive history buffers, which nothing here
+reads, are the one thing the lean step does not keep.)"""
+
+import numpy as np
+import pytest
+from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, orientation_error
+
+from producers.sim.envs import _LeanControlStep, make_env
+from producers.sim.policies import make_policy
+from producers.sim.scenario import Distractor, ScenarioSpec
+
+
+def _state(env) -> dict[str, bytes]:
+    """Everything that decides what comes next, as bytes (so -0.0 != 0.0 and NaN == NaN)."""
+    rs, d = env.robosuite_env, env.data
+    arm = rs.robots[0].composite_controller.part_controllers["right"]
+    state = {name: np.asarray(getattr(d, name)).tobytes()
+             for name in ("qpos", "qvel", "act", "ctrl", "qacc", "qacc_warmstart", "qfrc_actuator", "time")}
+    state["goal"] = np.concatenate([arm.goal_pos, arm.goal_ori.ravel(), arm.torques]).tobytes()
+    state["gripper"] = rs.robots[0].gripper["right"].current_action.tobytes()
+    state["clock"] = repr([(o._time_since_last_sample, o._sampled) for o in rs._observables.values()]).encode()
+    state["robosuite"] = repr((rs.timestep, rs.cur_time, rs.done)).encode()
+    return state
+
+
+def _obs_bytes(obs: dict) -> dict[str, bytes]:
+    return {k: np.asarray(v, dtype=np.float64).tobytes() for k, v in obs.items()}
+
+
+def _diff(lean, stock) -> list[str]:
+    a, b = _state(lean), _state(stock)
+    return [k for k in a if a[k] != b[k]]
+
+
+def _run_both(spec: ScenarioSpec, seed: int, steps: int, policy: str = "scripted-novice", tweak=None):
+    """Steps a lean and a stock env side by side, the policy reading the lean one; returns
+    [(step, [what differs])], step -1 being the state after reset (empty list: identical)."""
+    lean, stock = make_env(spec), make_env(spec)
+    stock.robosuite_env.lean_step = False
+    try:
+        obs = lean.reset(seed)
+        stock.reset(seed)
+        if tweak is not None:
+            tweak(lean, stock)
+        signals = lean.signals()
+        pol = make_policy(policy)
+        pol.reset(seed, spec)
+        diffs = [(-1, wrong)] if (wrong := _diff(lean, stock)) else []
+        for t in range(steps):
+            action = pol.act(obs, signals)
+            obs, reward, _, info = lean.step(action)
+            obs_s, reward_s, _, info_s = stock.step(action)
+            signals = lean.signals()
+            wrong = _diff(lean, stock)
+            oa, ob = _obs_bytes(obs), _obs_bytes(obs_s)
+            wrong += [f"obs.{k}" for k in sorted(set(oa) | set(ob)) if oa.get(k) != ob.get(k)]
+            if reward != reward_s or info != info_s or signals != stock.signals():
+                wrong.append("reward/info/signals")
+            if wrong:
+                diffs.append((t, wrong))
+        assert lean.robosuite_env._lean is not None, "the lean step never ran"
+        assert stock.robosuite_env._lean is None, "the stock env ran the lean step"
+        return diffs
+    finally:
+        lean.close()
+        stock.close()
+
+
+def test_lift_lean_step_is_bit_identical_to_robosuite():
+    spec = ScenarioSpec(env_name="Lift", horizon=70, instruction="lift")
+    # the oracle approaches, closes on the cube at step ~29 and holds it 15 cm up from step ~55:
+    # free motion, the gripper closing, contact and a lifted load all run through both steps
+    assert _run_both(spec, seed=4, steps=70, policy="oracle") == []
+    # numba compiles one specialization per array layout; a second one would mean the lean step
+    # handed robosuite's jitted functions differently laid out arrays (another code path)
+    for jitted in (opspace_matrices, orientation_error, nullspace_torques):
+        assert len(getattr(jitted, "signatures", ())) <= 1, jitted.signatures
+
+
+@pytest.mark.parametrize("env_name", ["Stack", "PickPlaceCan"])
+def test_other_envs_lean_step_is_bit_identical(env_name):
+    # scripted-novice closes the gripper on the object by step ~60 in both
+    spec = ScenarioSpec(env_name=env_name, horizon=70, instruction="task", object_friction=0.5,
+                        distractors=(Distractor(kind="box", size=0.02, x=0.12, y=0.12),))
+    assert _run_both(spec, seed=2, steps=70) == []
+
+
+def test_observables_off_the_shared_clock_fall_back_to_robosuites_update():
+    def detune(*envs):  # one observable sampled at 10 Hz: the observables no longer share one clock
+        for env in envs:
+            env.robosuite_env._observables["robot0_eef_pos"].set_sampling_rate(10)
+
+    spec = ScenarioSpec(env_name="Lift", horizon=20, instruction="lift")
+    assert _run_both(spec, seed=1, steps=20, tweak=detune) == []
+
+
+def test_the_comparison_can_fail():
+    """A nudge of 1e-9 rad/s to one joint velocity of one env must show up, and stay."""
+
+    def nudge(lean, stock):
+        lean.data.qvel[0] += 1e-9
+
+    spec = ScenarioSpec(env_name="Lift", horizon=10, instruction="lift")
+    diffs = _run_both(spec, seed=0, steps=10, tweak=nudge)
+    assert diffs[0] == (-1, ["qvel"])
+    assert [t for t, _ in diffs] == list(range(-1, 10))  # it never goes away
+    assert "qpos" in diffs[1][1] and "ctrl" in diffs[1][1]
+
+
+def test_lean_step_only_for_the_configuration_it_reproduces(lift_env):
+    rs = lift_env.robosuite_env
+    lift_env.reset(0)
+    assert _LeanControlStep.supports(rs)
+    arm = rs.robots[0].composite_controller.part_controllers["right"]
+    saved = arm.input_ref_frame
+    arm.input_ref_frame = "world"
+    try:
+        assert not _LeanControlStep.supports(rs)
+    finally:
+        arm.input_ref_frame = saved
