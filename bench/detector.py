@@ -51,10 +51,11 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer  # noqa: E402
 
-from infra.embedded_broker import TansuBroker, stop_pid  # noqa: E402
+from infra.embedded_broker import stop_pid  # noqa: E402
 from infra.kafka_clients import ensure_topics, make_producer  # noqa: E402
+from infra.local_broker import local_broker  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
-from producers.synthetic import episodes  # noqa: E402
+from producers.synthetic import episodes, interleaved  # noqa: E402
 from schemas.catalog import BY_NAME, topic_for  # noqa: E402
 from schemas.codec import Codec  # noqa: E402
 
@@ -76,12 +77,7 @@ def rollout_events(n_episodes: int, steps: int, seed: int, run_id: str, concurre
         if event["envelope"]["event_type"] == "EpisodeStarted":
             per_episode.append([])
         per_episode[-1].append(event)
-    out: list[dict] = []
-    for g in range(0, len(per_episode), concurrent):
-        group = per_episode[g:g + concurrent]
-        for i in range(max(len(e) for e in group)):
-            out.extend(e[i] for e in group if i < len(e))
-    return out
+    return [e for g in range(0, len(per_episode), concurrent) for e in interleaved(*per_episode[g:g + concurrent])]
 
 
 def publish_all(bootstrap: str, prefix: str, events: list[dict]) -> float:
@@ -617,13 +613,7 @@ def main() -> int:
     pure = None if args.skip_pure else pure_costs()
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sepa-bench-detector-")))
-        if args.broker == "tansu":
-            bootstrap = stack.enter_context(TansuBroker(work / "broker.log")).bootstrap_servers
-        else:
-            from infra.apache_kafka import ApacheKafkaBroker, fetch_jars
-
-            broker = stack.enter_context(ApacheKafkaBroker(work / "kafka", jars_dir=fetch_jars()))
-            bootstrap = broker.bootstrap_servers
+        bootstrap = stack.enter_context(local_broker(args.broker, work))
         prefix = "bench."
         ensure_topics(bootstrap, prefix)
         backlog = rollout_events(args.episodes, args.steps, 1, "bench-backlog", args.concurrent)

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from consumers.evidence.sink import EvidenceSink  # noqa: E402
 from consumers.evidence.store import ClickHouseStore, migrate  # noqa: E402
-from infra.embedded_broker import TansuBroker  # noqa: E402
 from infra.kafka_clients import ensure_topics, make_producer  # noqa: E402
+from infra.local_broker import local_broker  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
 from producers.synthetic import episodes  # noqa: E402
 
@@ -89,13 +89,7 @@ def main() -> int:
 
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sepa-bench-")))
-        if args.broker == "tansu":
-            bootstrap = stack.enter_context(TansuBroker(work / "broker.log")).bootstrap_servers
-        else:
-            from infra.apache_kafka import ApacheKafkaBroker, fetch_jars
-
-            broker = stack.enter_context(ApacheKafkaBroker(work / "kafka", jars_dir=fetch_jars()))
-            bootstrap = broker.bootstrap_servers
+        bootstrap = stack.enter_context(local_broker(args.broker, work))
         store = ClickHouseStore.connect(None, work / "evidence", "bench")
         migrate(store)
 

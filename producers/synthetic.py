@@ -9,7 +9,7 @@ Usage:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -80,3 +80,17 @@ def _steps(rng: np.random.Generator, episode_id: str, n: int, run_id: str) -> It
                          contacts=[{"a": "gripper", "b": "cube", "normal_force": forces[t]}],
                          joint_torques=torques[t], joint_pos=joints[t], reward=0.0,
                          goal_distance=max(0.0, 0.04 - lift[t]), object_lift=lift[t], keyframe_sha256=None)
+
+
+def interleaved(*streams: Iterable[dict]) -> list[dict]:
+    """Events of producers running side by side (rollout workers, say): one from each in turn
+    until every stream is exhausted. Each stream keeps its own order."""
+    iterators = [iter(s) for s in streams]
+    out: list[dict] = []
+    while iterators:
+        for it in list(iterators):
+            try:
+                out.append(next(it))
+            except StopIteration:
+                iterators.remove(it)
+    return out

@@ -90,7 +90,6 @@ class Trace:
     steps: list[dict]  # Step events
     policy: Policy
     pushes: tuple[Push, ...]
-    spec: ScenarioSpec
 
 
 @dataclass(frozen=True)
@@ -320,7 +319,7 @@ def run_case(case: Case, seed: int, envs: dict[str, SimEnv]) -> tuple[LabelledEp
         out = episode.outcome
         recorder.end(out.success, out.termination, out.error)
     steps = [e for e in sink.events if e["envelope"]["event_type"] == "Step"]
-    cause = case.cause(Trace(steps, setup.policy, setup.pushes, setup.spec))
+    cause = case.cause(Trace(steps, setup.policy, setup.pushes))
     label = LabelledEpisode(case=case.name, seed=seed, episode_id=identity.episode_id,
                             scenario_id=setup.spec.scenario_id, expected=case.expected, after=list(case.after),
                             cause_step=cause, success=out.success, termination=out.termination, steps=out.steps,

@@ -49,16 +49,8 @@ SKIPPED = ("joined_late", "not_analysed", "ended_with_missing_steps", "evicted",
 
 def interleaved_episodes(seed: int) -> list[dict]:
     """Events of ROLLOUT_WORKERS concurrent rollout workers (different episode lengths), round robin."""
-    streams = [synthetic.episodes(EPISODES_EACH, 60 + 10 * w, seed=seed + w, run_id=f"restart-{w}")
-               for w in range(ROLLOUT_WORKERS)]
-    events = []
-    while streams:
-        for stream in list(streams):
-            try:
-                events.append(next(stream))
-            except StopIteration:
-                streams.remove(stream)
-    return events
+    return synthetic.interleaved(*(synthetic.episodes(EPISODES_EACH, 60 + 10 * w, seed=seed + w, run_id=f"restart-{w}")
+                                   for w in range(ROLLOUT_WORKERS)))
 
 
 def pure_moments(events: list[dict], codec: Codec) -> dict[str, bytes]:

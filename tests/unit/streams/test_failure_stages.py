@@ -12,6 +12,7 @@ import pytest
 from failure_traces import Scene, clean_lift, ended
 
 from producers.synthetic import episodes as synthetic_episodes
+from producers.synthetic import interleaved
 from producers.synthetic import scenario as synthetic_scenario
 from schemas.codec import Codec
 from schemas.events import make_event
@@ -275,15 +276,7 @@ def test_forgetting_after_a_rebalance_keeps_decided_episodes_decided():
 
 def _traffic(seed: int) -> list[dict]:
     """Six rollout workers' synthetic episodes (different lengths), interleaved round robin."""
-    streams = [synthetic_episodes(3, 20 + 9 * w, seed=seed * 10 + w, run_id=f"w{w}") for w in range(6)]
-    events = []
-    while streams:
-        for stream in list(streams):
-            try:
-                events.append(next(stream))
-            except StopIteration:
-                streams.remove(stream)
-    return events
+    return interleaved(*(synthetic_episodes(3, 20 + 9 * w, seed=seed * 10 + w, run_id=f"w{w}") for w in range(6)))
 
 
 def _deliver(rng, pending: dict, stage, clock, out: list, stop_after: int | None = None) -> int:
