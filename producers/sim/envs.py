@@ -21,9 +21,10 @@ renderer stays valid); every scenario edit is re-applied after each reset anyway
 settle steps below a reset takes ~50 ms.
 
 Speed: a control step runs 25 physics substeps, and robosuite runs its controller in Python on
-each. ``step`` goes through _LeanControlStep, which makes the same MuJoCo, numpy and numba calls
-on the same values without robosuite's per-substep overhead: 2-2.5x the steps/s of robosuite's
-own step, with bit-identical results (tests/unit/sim/test_sim_lean_step.py compares the two).
+each. ``step`` goes through _LeanControlStep, which makes the same MuJoCo calls and the same
+arithmetic without robosuite's per-substep overhead, the 24 substeps without a new action in one
+compiled call each (producers/sim/osc_substep.py): about 4x the steps/s of robosuite's own step,
+with bit-identical results (tests/unit/sim/test_sim_lean_step.py compares the two).
 ``robosuite_env.lean_step = False`` runs robosuite's stock step.
 
 The episode clock is ours: robosuite runs with ``ignore_done=True`` and ``done`` is
@@ -57,6 +58,7 @@ from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, o
 from robosuite.utils.observables import NO_DELAY
 from robosuite.utils.placement_samplers import SequentialCompositeSampler
 
+from producers.sim import osc_substep
 from producers.sim.exceptions import ActionError, EnvError, KeyframeError
 from producers.sim.scenario import Distractor, ScenarioSpec
 
@@ -123,7 +125,9 @@ class _LeanControlStep:
     and every number stay exactly what robosuite computes; tests/unit/sim/test_sim_lean_step.py
     compares it with robosuite's own step bit for bit. Goals (the policy substep) are set by
     robosuite's own CompositeController.set_goal; reward and observations by robosuite's own
-    _post_action and _get_observations.
+    _post_action and _get_observations. The substeps without a new action run their controller
+    arithmetic compiled (osc_substep.osc_substep) when robosuite's numba is on and the index sets
+    are contiguous; otherwise in Python (_control), with the same results.
 
     One thing is left out: robosuite's proprioceptive history buffers (robot.recent_qpos,
     recent_actions, recent_torques, recent_ee_*), ~0.3 ms of every control step. Nothing in a
@@ -161,6 +165,34 @@ class _LeanControlStep:
         self.grip_weight = 0.5 * (ctrl_range[:, 1] - ctrl_range[:, 0])
         self.grip_command: tuple[np.ndarray, np.ndarray] | None = None  # (vels, clipped vels)
         self.observables: list[Any] = []  # the enabled ones, as of this step
+        self.compiled = self._compiled_args(env, arm)  # None: every substep runs _control in Python
+
+    def _compiled_args(self, env: Any, arm: Any) -> tuple | None:
+        """The fixed part of osc_substep's arguments: mjData views, indexes, scratch and output
+        arrays. None when the substep cannot be compiled: robosuite's numba is off, or an index
+        set is not one contiguous range."""
+        ranges = (self.arm_qpos, self.arm_qvel, self.arm_act, self.grip_act)
+        if not osc_substep.compiled() or not all(isinstance(r, slice) for r in ranges):
+            return None
+        ints = np.zeros(osc_substep.N_INTS, dtype=np.int64)
+        ints[osc_substep.BASE_SITE], ints[osc_substep.REF_SITE] = self.base_site, self.ref_site
+        starts = (osc_substep.QPOS0, osc_substep.QVEL0, osc_substep.ACT0, osc_substep.GRIP0)
+        for at, r in zip(starts, ranges, strict=True):
+            ints[at], ints[at + 1] = r.start, r.stop
+        ints[osc_substep.UNCOUPLING] = bool(arm.uncoupling)
+        n = self.arm_qvel.stop - self.arm_qvel.start
+        d = self.d
+        # the state robosuite re-creates on every substep, kept here and handed over to the
+        # controller objects at the end of a run of compiled substeps (_hand_over)
+        self.state = {"origin_pos": np.zeros(3), "origin_ori": np.zeros((3, 3)),
+                      "joint_pos": np.zeros(self.arm_qpos.stop - self.arm_qpos.start), "joint_vel": np.zeros(n),
+                      "mass_matrix": np.zeros((n, n), order="F"), "torques": np.zeros(n)}
+        st = self.state
+        return ((d.qpos, d.qvel, d.site_xpos, d.site_xmat, d.qfrc_bias, d.ctrl, ints),
+                (self.jacp, self.jacr, self.base_jacp, self.base_jacr, self.mass_full,
+                 st["origin_pos"], st["origin_ori"], arm.ref_pos, arm.ref_ori_mat, arm.ref_pos_vel, arm.ref_ori_vel,
+                 arm.J_pos, arm.J_ori, arm.J_full, st["joint_pos"], st["joint_vel"], st["mass_matrix"],
+                 st["torques"]))
 
     @staticmethod
     def supports(env: Any) -> bool:
@@ -193,9 +225,27 @@ class _LeanControlStep:
         env.timestep += 1
         m, d = self.m, self.d
         clock = self._observable_clock()
+        compiled = self.compiled is not None and clock is not None
+        if compiled:
+            mjdata, scratch = self.compiled
+            jacp, jacr, base_jacp, base_jacr, mass_full = scratch[:5]
+            ref, base = self.ref_site, self.base_site
         for i in range(self.n_substeps):
             mujoco.mj_step1(m, d)
-            self._control(action if i == 0 else None)
+            if i == 0 or not compiled:
+                self._control(action if i == 0 else None)
+                if compiled:  # the goal (and, with variable impedance, the gains) set_goal has just set
+                    arm = self.arm
+                    goal = (arm.goal_pos, arm.goal_ori, arm.kp, arm.kd, arm.initial_joint, self.arm_low,
+                            self.arm_high, self.grip_command[1])
+            else:
+                # the MuJoCo calls _control makes, then its arithmetic in one compiled call
+                mujoco.mj_jacSite(m, d, jacp, jacr, ref)
+                mujoco.mj_fullM(m, mass_full, d.qM)
+                mujoco.mj_jacSite(m, d, base_jacp, base_jacr, base)
+                osc_substep.osc_substep(*mjdata, *goal, *scratch)
+                if i == self.n_substeps - 1 or self._due(clock):
+                    self._hand_over()  # before robosuite's own code can look at the controllers
             mujoco.mj_step2(m, d)
             if clock is None:
                 env._update_observables()
@@ -224,12 +274,18 @@ class _LeanControlStep:
                 return None
         return t, sampled, period
 
+    def _due(self, clock: tuple[float, bool, float]) -> bool:
+        """Whether this substep's tick runs robosuite's observable update."""
+        t, sampled, period = clock
+        ticked = t + self.env.model_timestep
+        return (not sampled and period >= ticked) or ticked >= period
+
     def _tick(self, clock: tuple[float, bool, float]) -> tuple[float, bool, float]:
         """Observable.update's clock for one substep: robosuite's own update runs only on the
         substeps where the observables sample or their period rolls over (2 of 25)."""
         t, sampled, period = clock
         ticked = t + self.env.model_timestep
-        if (not sampled and period >= ticked) or ticked >= period:
+        if self._due(clock):
             for o in self.observables:
                 o._time_since_last_sample = t
             self.env._update_observables()
@@ -238,6 +294,19 @@ class _LeanControlStep:
         return ticked, sampled, period
 
     # -- FixedBaseRobot.control ----------------------------------------------------------
+
+    def _hand_over(self) -> None:
+        """Leaves the controller objects as robosuite's own last substep would: fresh arrays
+        for the state it re-creates, the gripper's joint state read at control time."""
+        arm, grip, st, d = self.arm, self.grip, self.state, self.d
+        arm.origin_pos, arm.origin_ori = st["origin_pos"].copy(), st["origin_ori"].copy()
+        arm.joint_pos, arm.joint_vel = st["joint_pos"].copy(), st["joint_vel"].copy()
+        arm.mass_matrix, arm.torques = st["mass_matrix"].copy(order="F"), st["torques"].copy()
+        arm.new_update = True
+        grip.joint_pos, grip.joint_vel = np.array(d.qpos[self.grip_qpos]), np.array(d.qvel[self.grip_qvel])
+        grip.vels, grip.new_update = self.grip_command[0], True
+        applied = self.controller._applied_action_dict
+        applied["right"], applied["right_gripper"] = arm.torques, grip.vels
 
     def _control(self, action: np.ndarray | None) -> None:
         """One substep of FixedBaseRobot.control; ``action`` on the policy substep, else None."""

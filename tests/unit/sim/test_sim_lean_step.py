@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, orientation_error
 
+from producers.sim import osc_substep
 from producers.sim.envs import _LeanControlStep, make_env
 from producers.sim.policies import make_policy
 from producers.sim.scenario import Distractor, ScenarioSpec
@@ -63,6 +64,7 @@ def _run_both(spec: ScenarioSpec, seed: int, steps: int, policy: str = "scripted
                 diffs.append((t, wrong))
         assert lean.robosuite_env._lean is not None, "the lean step never ran"
         assert stock.robosuite_env._lean is None, "the stock env ran the lean step"
+        assert (lean.robosuite_env._lean.compiled is not None) == osc_substep.compiled()
         return diffs
     finally:
         lean.close()
@@ -78,6 +80,13 @@ def test_lift_lean_step_is_bit_identical_to_robosuite():
     # handed robosuite's jitted functions differently laid out arrays (another code path)
     for jitted in (opspace_matrices, orientation_error, nullspace_torques):
         assert len(getattr(jitted, "signatures", ())) <= 1, jitted.signatures
+
+
+def test_lift_python_substeps_are_bit_identical_too(monkeypatch):
+    # without robosuite's numba the substeps run _control in Python: the same results
+    monkeypatch.setattr(osc_substep, "compiled", lambda: False)
+    spec = ScenarioSpec(env_name="Lift", horizon=40, instruction="lift")
+    assert _run_both(spec, seed=4, steps=40, policy="oracle") == []
 
 
 @pytest.mark.parametrize("env_name", ["Stack", "PickPlaceCan"])
@@ -121,3 +130,12 @@ def test_lean_step_only_for_the_configuration_it_reproduces(lift_env):
         assert not _LeanControlStep.supports(rs)
     finally:
         arm.input_ref_frame = saved
+
+
+def test_compiled_clip_matches_numpys_clip_bit_for_bit():
+    values = [-0.0, 0.0, -80.0, 80.0, -80.5, 80.5, 1e-300, np.nan, np.inf, -np.inf, 3.25]
+    for low, high in ((-80.0, 80.0), (0.0, 1.0), (-1.0, -0.0)):
+        for x in values:
+            expected = np.clip(np.array([x]), low, high)[0]
+            got = osc_substep._clip(x, low, high)
+            assert np.array([got]).tobytes() == np.array([expected]).tobytes(), (x, low, high)

@@ -1,0 +1,99 @@
+"""One physics substep of robosuite's OSC arm controller, compiled: what envs._LeanControlStep
+runs on the 24 substeps of a control step that carry no new action.
+
+robosuite computes the OSC torques in Python on every substep. The arithmetic is small (7x7
+matrices), so the time goes to ~40 numpy calls of ~1-3 us of Python each. ``osc_substep`` does
+the same operations in the same order in one numba call: numpy's elementwise arithmetic is
+IEEE-exact either way, and robosuite's own jitted opspace_matrices, orientation_error and
+nullspace_torques are called with arrays of the layouts robosuite gives them, so the same
+compiled code runs. tests/unit/sim/test_sim_lean_step.py checks the outcome bit for bit against
+robosuite's stock step.
+
+The MuJoCo calls stay in Python (mujoco.mj_step1/mj_step2/mj_jacSite/mj_fullM), because the
+bindings turn a MuJoCo error into an exception there; from compiled code it would end the
+process.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, orientation_error
+
+# ints[] layout: the sites and the index ranges the substep reads and writes
+BASE_SITE, REF_SITE, QPOS0, QPOS1, QVEL0, QVEL1, ACT0, ACT1, GRIP0, GRIP1, UNCOUPLING = range(11)
+N_INTS = 11
+
+
+def compiled() -> bool:
+    """False when robosuite's numba is switched off (robosuite.macros.ENABLE_NUMBA): then its
+    helpers are plain Python, which compiled code cannot call, and the lean step uses its own
+    Python path."""
+    return all(isinstance(f, numba.core.registry.CPUDispatcher)
+               for f in (opspace_matrices, orientation_error, nullspace_torques))
+
+
+@numba.njit(cache=True)
+def _clip(x: float, low: float, high: float) -> float:
+    """numpy's clip ufunc for one double: NaN passes through, ties keep the bound (so -0.0 at a
+    0.0 bound becomes 0.0, as in numpy)."""
+    if np.isnan(x):
+        return x
+    x = x if x > low else low
+    return x if x < high else high
+
+
+@numba.njit(cache=True)
+def osc_substep(qpos, qvel, site_xpos, site_xmat, qfrc_bias, ctrl, ints,
+                goal_pos, goal_ori, kp, kd, initial_joint, arm_low, arm_high, grip_ctrl,
+                jacp, jacr, base_jacp, base_jacr, mass_full,
+                origin_pos, origin_ori, ref_pos, ref_ori_mat, ref_pos_vel, ref_ori_vel,
+                J_pos, J_ori, J_full, joint_pos, joint_vel, mass_matrix, torques):  # noqa: N803 (robosuite's names)
+    """FixedBaseRobot.control on a substep without a new action, for envs._LeanControlStep.
+
+    Reads the mjData views (qpos ... qfrc_bias) and the Jacobians and full mass matrix the
+    caller has just filled (mj_jacSite for the reference and base sites, mj_fullM). Writes the
+    controller state robosuite keeps on the OSC object (origin_pos ... torques, in place) and
+    the actuator controls (ctrl). mass_matrix must be Fortran-ordered, as robosuite's is.
+    """
+    base, ref = ints[BASE_SITE], ints[REF_SITE]
+    qp0, qp1, qv0, qv1 = ints[QPOS0], ints[QPOS1], ints[QVEL0], ints[QVEL1]
+    # CompositeController.update_state()
+    origin_pos[:] = site_xpos[base]
+    origin_ori[:, :] = site_xmat[base].reshape((3, 3))
+    # OperationalSpaceController.update() under lite physics
+    ref_pos[:] = site_xpos[ref]
+    ref_ori_mat[:, :] = site_xmat[ref].reshape((3, 3))
+    ref_pos_vel[:] = np.dot(jacp, qvel)
+    ref_ori_vel[:] = np.dot(jacr, qvel)
+    J_pos[:, :] = jacp[:, qv0:qv1]
+    J_ori[:, :] = jacr[:, qv0:qv1]
+    J_full[:3] = J_pos
+    J_full[3:] = J_ori
+    joint_pos[:] = qpos[qp0:qp1]
+    joint_vel[:] = qvel[qv0:qv1]
+    mass_matrix[:, :] = mass_full[qv0:qv1, qv0:qv1]
+    # OperationalSpaceController.run_controller(), base frame, no interpolators
+    desired_world_pos = origin_pos + np.dot(origin_ori, goal_pos)
+    desired_world_ori = np.dot(origin_ori, goal_ori)
+    ori_error = orientation_error(desired_world_ori, ref_ori_mat)
+    position_error = desired_world_pos - ref_pos
+    base_pos_vel = np.dot(base_jacp, qvel)
+    base_ori_vel = np.dot(base_jacr, qvel)
+    vel_pos_error = -(ref_pos_vel - base_pos_vel)
+    desired_force = np.multiply(position_error, kp[0:3]) + np.multiply(vel_pos_error, kd[0:3])
+    vel_ori_error = -(ref_ori_vel - base_ori_vel)
+    desired_torque = np.multiply(ori_error, kp[3:6]) + np.multiply(vel_ori_error, kd[3:6])
+    lambda_full, lambda_pos, lambda_ori, nullspace_matrix = opspace_matrices(mass_matrix, J_full, J_pos, J_ori)
+    if ints[UNCOUPLING]:
+        decoupled_wrench = np.concatenate((np.dot(lambda_pos, desired_force), np.dot(lambda_ori, desired_torque)))
+    else:
+        decoupled_wrench = np.dot(lambda_full, np.concatenate((desired_force, desired_torque)))
+    torques[:] = np.dot(J_full.T, decoupled_wrench) + qfrc_bias[qv0:qv1]
+    torques += nullspace_torques(mass_matrix, nullspace_matrix, initial_joint, joint_pos, joint_vel)
+    # clipped to the actuators' ranges; the gripper's command is fixed for the whole step
+    a0, g0 = ints[ACT0], ints[GRIP0]
+    for i in range(ints[ACT1] - a0):
+        ctrl[a0 + i] = _clip(torques[i], arm_low[i], arm_high[i])
+    for i in range(ints[GRIP1] - g0):
+        ctrl[g0 + i] = grip_ctrl[i]
