@@ -43,6 +43,8 @@ def _clip(x: float, low: float, high: float) -> float:
     return x if x < high else high
 
 
+# cache=True: compiled once (~10 s) and kept next to this module. The cache does not notice a
+# change in robosuite's helpers; robosuite is pinned in pyproject.toml.
 @numba.njit(cache=True)
 def osc_substep(qpos, qvel, site_xpos, site_xmat, qfrc_bias, ctrl, ints,
                 goal_pos, goal_ori, kp, kd, initial_joint, arm_low, arm_high, grip_ctrl,
