@@ -21,10 +21,10 @@ renderer stays valid); every scenario edit is re-applied after each reset anyway
 settle steps below a reset takes ~50 ms.
 
 Speed: a control step runs 25 physics substeps, and robosuite runs its controller in Python on
-each. ``step`` goes through _LeanControlStep, which makes the same MuJoCo calls and the same
-arithmetic without robosuite's per-substep overhead, the 24 substeps without a new action in one
-compiled call each (producers/sim/osc_substep.py): about 4x the steps/s of robosuite's own step,
-with bit-identical results (tests/unit/sim/test_sim_lean_step.py compares the two).
+each. ``step`` goes through _LeanControlStep, which makes the same MuJoCo calls and does the same
+arithmetic without robosuite's per-substep overhead, the arithmetic compiled
+(producers/sim/osc_substep.py): about 3x the steps/s of robosuite's own step, with bit-identical
+results (tests/unit/sim/test_sim_lean_step.py compares the two).
 ``robosuite_env.lean_step = False`` runs robosuite's stock step.
 
 The episode clock is ours: robosuite runs with ``ignore_done=True`` and ``done`` is
@@ -54,7 +54,6 @@ from robosuite.environments.manipulation.stack import Stack
 from robosuite.environments.robot_env import RobotEnv
 from robosuite.models.objects import BallObject, BoxObject, CylinderObject
 from robosuite.robots.fixed_base_robot import FixedBaseRobot
-from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, orientation_error
 from robosuite.utils.observables import NO_DELAY
 from robosuite.utils.placement_samplers import SequentialCompositeSampler
 
@@ -120,14 +119,13 @@ class _LeanControlStep:
     step, and most of that time is overhead around the arithmetic: the action limits rebuilt three
     times per substep to learn the action dimension, site names looked up and a fresh array
     allocated for each of six Jacobians, the controller frame read twice, every observable asked
-    on every substep whether it is due. This class makes the same MuJoCo, numpy and numba calls on
-    the same values in the same order, without the overhead, so the physics, the controller gains
-    and every number stay exactly what robosuite computes; tests/unit/sim/test_sim_lean_step.py
-    compares it with robosuite's own step bit for bit. Goals (the policy substep) are set by
-    robosuite's own CompositeController.set_goal; reward and observations by robosuite's own
-    _post_action and _get_observations. The substeps without a new action run their controller
-    arithmetic compiled (osc_substep.osc_substep) when robosuite's numba is on and the index sets
-    are contiguous; otherwise in Python (_control), with the same results.
+    on every substep whether it is due, and ~40 small numpy calls. This class makes the same MuJoCo
+    calls and does the same arithmetic in the same order, the arithmetic compiled
+    (producers/sim/osc_substep.py), so the physics, the controller gains and every number stay
+    exactly what robosuite computes; tests/unit/sim/test_sim_lean_step.py compares it with
+    robosuite's own step bit for bit. Goals (the policy substep) are set by robosuite's own
+    CompositeController.set_goal; reward and observations by robosuite's own _post_action and
+    _get_observations.
 
     One thing is left out: robosuite's proprioceptive history buffers (robot.recent_qpos,
     recent_actions, recent_torques, recent_ee_*), ~0.3 ms of every control step. Nothing in a
@@ -141,21 +139,16 @@ class _LeanControlStep:
         robot = env.robots[0]
         cc = robot.composite_controller
         self.env, self.controller = env, cc
-        self.m, self.d = env.sim.model._model, env.sim.data._data
+        self.m, self.d = m, d = env.sim.model._model, env.sim.data._data
         self.n_substeps = int(env.control_timestep / env.model_timestep)  # as MujocoEnv.step
         self.action_dim = env.action_dim
         arm, grip = cc.part_controllers["right"], cc.part_controllers["right_gripper"]
         self.arm, self.grip = arm, grip
-        nv = self.m.nv
         self.base_site = env.sim.model.site_name2id(f"{arm.naming_prefix}{arm.part_name}_center")
         self.ref_site = env.sim.model.site_name2id(arm.ref_name)
-        self.arm_qpos, self.arm_qvel = _index(arm.qpos_index), _index(arm.qvel_index)
+        ranges = _index_ranges(robot)  # supports() has checked they are contiguous
         self.grip_qpos, self.grip_qvel = _index(grip.qpos_index), _index(grip.qvel_index)
-        self.jacp, self.jacr = np.zeros((3, nv)), np.zeros((3, nv))
-        self.base_jacp, self.base_jacr = np.zeros((3, nv)), np.zeros((3, nv))
-        self.mass_full = np.zeros((nv, nv))
         actuators = robot._ref_actuators_indexes_dict
-        self.arm_act, self.grip_act = _index(actuators["right"]), _index(actuators["right_gripper"])
         ctrlrange = env.sim.model.actuator_ctrlrange
         self.arm_low, self.arm_high = ctrlrange[actuators["right"], 0], ctrlrange[actuators["right"], 1]
         self.grip_low = ctrlrange[actuators["right_gripper"], 0]
@@ -165,34 +158,31 @@ class _LeanControlStep:
         self.grip_weight = 0.5 * (ctrl_range[:, 1] - ctrl_range[:, 0])
         self.grip_command: tuple[np.ndarray, np.ndarray] | None = None  # (vels, clipped vels)
         self.observables: list[Any] = []  # the enabled ones, as of this step
-        self.compiled = self._compiled_args(env, arm)  # None: every substep runs _control in Python
 
-    def _compiled_args(self, env: Any, arm: Any) -> tuple | None:
-        """The fixed part of osc_substep's arguments: mjData views, indexes, scratch and output
-        arrays. None when the substep cannot be compiled: robosuite's numba is off, or an index
-        set is not one contiguous range."""
-        ranges = (self.arm_qpos, self.arm_qvel, self.arm_act, self.grip_act)
-        if not osc_substep.compiled() or not all(isinstance(r, slice) for r in ranges):
-            return None
         ints = np.zeros(osc_substep.N_INTS, dtype=np.int64)
         ints[osc_substep.BASE_SITE], ints[osc_substep.REF_SITE] = self.base_site, self.ref_site
         starts = (osc_substep.QPOS0, osc_substep.QVEL0, osc_substep.ACT0, osc_substep.GRIP0)
         for at, r in zip(starts, ranges, strict=True):
             ints[at], ints[at + 1] = r.start, r.stop
         ints[osc_substep.UNCOUPLING] = bool(arm.uncoupling)
-        n = self.arm_qvel.stop - self.arm_qvel.start
-        d = self.d
-        # the state robosuite re-creates on every substep, kept here and handed over to the
-        # controller objects at the end of a run of compiled substeps (_hand_over)
-        self.state = {"origin_pos": np.zeros(3), "origin_ori": np.zeros((3, 3)),
-                      "joint_pos": np.zeros(self.arm_qpos.stop - self.arm_qpos.start), "joint_vel": np.zeros(n),
-                      "mass_matrix": np.zeros((n, n), order="F"), "torques": np.zeros(n)}
-        st = self.state
-        return ((d.qpos, d.qvel, d.site_xpos, d.site_xmat, d.qfrc_bias, d.ctrl, ints),
-                (self.jacp, self.jacr, self.base_jacp, self.base_jacr, self.mass_full,
-                 st["origin_pos"], st["origin_ori"], arm.ref_pos, arm.ref_ori_mat, arm.ref_pos_vel, arm.ref_ori_vel,
-                 arm.J_pos, arm.J_ori, arm.J_full, st["joint_pos"], st["joint_vel"], st["mass_matrix"],
-                 st["torques"]))
+        nv, n = m.nv, ranges[1].stop - ranges[1].start
+        self.jacp, self.jacr = np.zeros((3, nv)), np.zeros((3, nv))  # mj_jacSite of the reference site
+        self.base_jacp, self.base_jacr = np.zeros((3, nv)), np.zeros((3, nv))  # ... of the base site
+        self.mass_full = np.zeros((nv, nv))
+        # the state robosuite re-creates on every substep, kept here and handed to the controller
+        # objects whenever robosuite's own code may look at them (_hand_over); the rest of the
+        # arm's state robosuite updates in place, and so does osc_update
+        self.origin_pos, self.origin_ori = np.zeros(3), np.zeros((3, 3))
+        self.joint_pos, self.joint_vel = np.zeros(ranges[0].stop - ranges[0].start), np.zeros(n)
+        self.mass_matrix, self.torques = np.zeros((n, n), order="F"), np.zeros(n)
+        state = (self.origin_pos, self.origin_ori, arm.ref_pos, arm.ref_ori_mat, arm.ref_pos_vel, arm.ref_ori_vel,
+                 arm.J_pos, arm.J_ori, arm.J_full, self.joint_pos, self.joint_vel, self.mass_matrix)
+        self.update_args = (d.qpos, d.qvel, d.site_xpos, d.site_xmat, ints, self.jacp, self.jacr, self.mass_full,
+                            *state)
+        self.torque_head = (d.qvel, d.qfrc_bias, d.ctrl, ints)
+        self.torque_tail = (self.base_jacp, self.base_jacr, *state, self.torques)
+        self.substep_tail = (d.qfrc_bias, d.ctrl)
+        self.goal: tuple = ()
 
     @staticmethod
     def supports(env: Any) -> bool:
@@ -200,7 +190,7 @@ class _LeanControlStep:
         cls = type(env)
         if not (cls._pre_action is RobotEnv._pre_action and cls._update_observables is MujocoEnv._update_observables
                 and env.lite_physics and env.viewer is None and not env.has_renderer and not env.viewer_get_obs
-                and len(env.robots) == 1):
+                and len(env.robots) == 1 and osc_substep.compiled()):
             return False
         robot = env.robots[0]
         cc = robot.composite_controller
@@ -212,7 +202,8 @@ class _LeanControlStep:
         arm, grip = parts["right"], parts["right_gripper"]
         return (type(arm) is OperationalSpaceController and arm.input_ref_frame == "base"
                 and arm.interpolator_pos is None and arm.interpolator_ori is None and arm.lite_physics
-                and arm.num_ref_sites == 1 and type(grip) is SimpleGripController and grip.interpolator is None)
+                and arm.num_ref_sites == 1 and type(grip) is SimpleGripController and grip.interpolator is None
+                and all(isinstance(r, slice) for r in _index_ranges(robot)))
 
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
         """MujocoEnv.step(action)."""
@@ -223,29 +214,13 @@ class _LeanControlStep:
             raise ValueError(f"environment got invalid action dimension -- expected {self.action_dim}, "
                              f"got {len(action)}")
         env.timestep += 1
-        m, d = self.m, self.d
+        m, d, last = self.m, self.d, self.n_substeps - 1
         clock = self._observable_clock()
-        compiled = self.compiled is not None and clock is not None
-        if compiled:
-            mjdata, scratch = self.compiled
-            jacp, jacr, base_jacp, base_jacr, mass_full = scratch[:5]
-            ref, base = self.ref_site, self.base_site
         for i in range(self.n_substeps):
             mujoco.mj_step1(m, d)
-            if i == 0 or not compiled:
-                self._control(action if i == 0 else None)
-                if compiled:  # the goal (and, with variable impedance, the gains) set_goal has just set
-                    arm = self.arm
-                    goal = (arm.goal_pos, arm.goal_ori, arm.kp, arm.kd, arm.initial_joint, self.arm_low,
-                            self.arm_high, self.grip_command[1])
-            else:
-                # the MuJoCo calls _control makes, then its arithmetic in one compiled call
-                mujoco.mj_jacSite(m, d, jacp, jacr, ref)
-                mujoco.mj_fullM(m, mass_full, d.qM)
-                mujoco.mj_jacSite(m, d, base_jacp, base_jacr, base)
-                osc_substep.osc_substep(*mjdata, *goal, *scratch)
-                if i == self.n_substeps - 1 or self._due(clock):
-                    self._hand_over()  # before robosuite's own code can look at the controllers
+            self._control(action if i == 0 else None)
+            if clock is None or i == last or self._due(clock):
+                self._hand_over()  # robosuite's own code is about to run
             mujoco.mj_step2(m, d)
             if clock is None:
                 env._update_observables()
@@ -295,98 +270,63 @@ class _LeanControlStep:
 
     # -- FixedBaseRobot.control ----------------------------------------------------------
 
+    def _control(self, action: np.ndarray | None) -> None:
+        """One substep of FixedBaseRobot.control; ``action`` on the policy substep, else None."""
+        m, d = self.m, self.d
+        # the MuJoCo calls robosuite's update() and run_controller() make
+        mujoco.mj_jacSite(m, d, self.jacp, self.jacr, self.ref_site)
+        mujoco.mj_fullM(m, self.mass_full, d.qM)
+        mujoco.mj_jacSite(m, d, self.base_jacp, self.base_jacr, self.base_site)
+        if action is None:
+            osc_substep.osc_substep(*self.update_args, *self.substep_tail, *self.goal, self.base_jacp,
+                                    self.base_jacr, self.torques)
+            return
+        osc_substep.osc_update(*self.update_args)
+        arm, grip = self.arm, self.grip
+        self._hand_over_arm()
+        arm.new_update = False  # set_goal would otherwise redo what osc_update did
+        self.controller.set_goal(action)  # robosuite's own: arm goal pose, gripper action
+        vels = np.array(grip.goal_qvel)  # SimpleGripController.run_controller, once per step
+        if grip.use_action_scaling:
+            vels = self.grip_bias + self.grip_weight * vels
+        self.grip_command = vels, _clip(vels, self.grip_low, self.grip_high)
+        # the goal (and, with variable impedance, the gains) set_goal has just set
+        self.goal = (arm.goal_pos, arm.goal_ori, arm.kp, arm.kd, arm.initial_joint, self.arm_low, self.arm_high,
+                     self.grip_command[1])
+        osc_substep.osc_torques(*self.torque_head, *self.goal, *self.torque_tail)
+
+    def _hand_over_arm(self) -> None:
+        """The arm's state as robosuite's update() leaves it: fresh arrays for what it re-creates."""
+        arm = self.arm
+        arm.origin_pos, arm.origin_ori = self.origin_pos.copy(), self.origin_ori.copy()
+        arm.joint_pos, arm.joint_vel = self.joint_pos.copy(), self.joint_vel.copy()
+        arm.mass_matrix = self.mass_matrix.copy(order="F")
+
     def _hand_over(self) -> None:
-        """Leaves the controller objects as robosuite's own last substep would: fresh arrays
-        for the state it re-creates, the gripper's joint state read at control time."""
-        arm, grip, st, d = self.arm, self.grip, self.state, self.d
-        arm.origin_pos, arm.origin_ori = st["origin_pos"].copy(), st["origin_ori"].copy()
-        arm.joint_pos, arm.joint_vel = st["joint_pos"].copy(), st["joint_vel"].copy()
-        arm.mass_matrix, arm.torques = st["mass_matrix"].copy(order="F"), st["torques"].copy()
-        arm.new_update = True
+        """Leaves the controller objects as robosuite's own last substep would: the arm's state
+        and torques, the gripper's joint state read at control time and its command."""
+        arm, grip, d = self.arm, self.grip, self.d
+        self._hand_over_arm()
+        arm.torques, arm.new_update = self.torques.copy(), True
         grip.joint_pos, grip.joint_vel = np.array(d.qpos[self.grip_qpos]), np.array(d.qvel[self.grip_qvel])
         grip.vels, grip.new_update = self.grip_command[0], True
         applied = self.controller._applied_action_dict
         applied["right"], applied["right_gripper"] = arm.torques, grip.vels
-
-    def _control(self, action: np.ndarray | None) -> None:
-        """One substep of FixedBaseRobot.control; ``action`` on the policy substep, else None."""
-        m, d, arm, grip = self.m, self.d, self.arm, self.grip
-        # CompositeController.update_state(), which robosuite runs twice per substep
-        base = self.base_site
-        arm.origin_pos = np.array(d.site_xpos[base])
-        arm.origin_ori = np.array(d.site_xmat[base].reshape([3, 3]))
-        qvel = d.qvel
-        if arm.new_update:  # OperationalSpaceController.update() under lite physics
-            ref = self.ref_site
-            jacp, jacr = self.jacp, self.jacr
-            mujoco.mj_jacSite(m, d, jacp, jacr, ref)
-            arm.ref_pos[:] = d.site_xpos[ref]
-            arm.ref_ori_mat[:, :] = d.site_xmat[ref].reshape([3, 3])
-            arm.ref_pos_vel[:] = np.dot(jacp, qvel)
-            arm.ref_ori_vel[:] = np.dot(jacr, qvel)
-            arm.J_pos[:, :] = jacp[:, self.arm_qvel]
-            arm.J_ori[:, :] = jacr[:, self.arm_qvel]
-            arm.J_full[:3] = arm.J_pos
-            arm.J_full[3:] = arm.J_ori
-            arm.joint_pos = np.array(d.qpos[self.arm_qpos])
-            arm.joint_vel = np.array(qvel[self.arm_qvel])
-            mujoco.mj_fullM(m, self.mass_full, d.qM)
-            # robosuite's m[idx, :][:, idx] yields a Fortran-ordered copy; the layout decides which
-            # BLAS and numba code paths the products below take, so keep it.
-            arm.mass_matrix = np.asfortranarray(self.mass_full[self.arm_qvel, self.arm_qvel]) \
-                if isinstance(self.arm_qvel, slice) else self.mass_full[self.arm_qvel, :][:, self.arm_qvel]
-            arm.new_update = False
-        if action is not None:
-            self.controller.set_goal(action)  # robosuite's own: arm goal pose, gripper action
-        # OperationalSpaceController.run_controller(), base frame, no interpolators
-        desired_world_pos = arm.origin_pos + np.dot(arm.origin_ori, arm.goal_pos)
-        desired_world_ori = np.dot(arm.origin_ori, arm.goal_ori)
-        ori_error = orientation_error(desired_world_ori, arm.ref_ori_mat)
-        position_error = desired_world_pos - arm.ref_pos
-        mujoco.mj_jacSite(m, d, self.base_jacp, self.base_jacr, base)
-        base_pos_vel = np.dot(self.base_jacp, qvel)
-        base_ori_vel = np.dot(self.base_jacr, qvel)
-        kp, kd = arm.kp, arm.kd
-        vel_pos_error = -(arm.ref_pos_vel - base_pos_vel)
-        desired_force = np.multiply(position_error, kp[0:3]) + np.multiply(vel_pos_error, kd[0:3])
-        vel_ori_error = -(arm.ref_ori_vel - base_ori_vel)
-        desired_torque = np.multiply(ori_error, kp[3:6]) + np.multiply(vel_ori_error, kd[3:6])
-        lambda_full, lambda_pos, lambda_ori, nullspace_matrix = opspace_matrices(
-            arm.mass_matrix, arm.J_full, arm.J_pos, arm.J_ori)
-        if arm.uncoupling:
-            decoupled_wrench = np.concatenate([np.dot(lambda_pos, desired_force), np.dot(lambda_ori, desired_torque)])
-        else:
-            decoupled_wrench = np.dot(lambda_full, np.concatenate([desired_force, desired_torque]))
-        torques = np.dot(arm.J_full.T, decoupled_wrench) + d.qfrc_bias[self.arm_qvel]
-        torques += nullspace_torques(arm.mass_matrix, nullspace_matrix, arm.initial_joint, arm.joint_pos,
-                                     arm.joint_vel)
-        arm.torques = torques
-        arm.new_update = True
-        # SimpleGripController.run_controller()
-        if grip.new_update:
-            grip.joint_pos = np.array(d.qpos[self.grip_qpos])
-            grip.joint_vel = np.array(qvel[self.grip_qvel])
-            grip.new_update = False
-        if action is not None or self.grip_command is None:
-            # a function of the goal alone, which only set_goal changes: computed once per step
-            vels = np.array(grip.goal_qvel)
-            if grip.use_action_scaling:
-                vels = self.grip_bias + self.grip_weight * vels
-            self.grip_command = vels, _clip(vels, self.grip_low, self.grip_high)
-        vels, grip_ctrl = self.grip_command
-        grip.vels = vels
-        grip.new_update = True
-        applied = self.controller._applied_action_dict
-        applied["right"], applied["right_gripper"] = torques, vels
-        # clipped to the actuators' ranges
-        d.ctrl[self.arm_act] = _clip(torques, self.arm_low, self.arm_high)
-        d.ctrl[self.grip_act] = grip_ctrl
 
 
 try:  # the ufunc np.clip ends in (numpy 1.x), without its ~1.5 us of Python wrappers
     from numpy.core.umath import clip as _clip
 except ImportError:  # pragma: no cover - numpy 2 moved it
     _clip = np.clip
+
+
+def _index_ranges(robot: Any) -> tuple:
+    """The arm's qpos and qvel indexes, the arm's and the gripper's actuators: what osc_substep
+    reads and writes, each a slice when contiguous."""
+    parts = robot.composite_controller.part_controllers
+    actuators = robot._ref_actuators_indexes_dict
+    return (_index(parts["right"].qpos_index), _index(parts["right"].qvel_index), _index(actuators["right"]),
+            _index(actuators["right_gripper"]))
 
 
 def _index(indexes: list[int]) -> slice | list[int]:

@@ -1,13 +1,18 @@
-"""One physics substep of robosuite's OSC arm controller, compiled: what envs._LeanControlStep
-runs on the 24 substeps of a control step that carry no new action.
+"""robosuite's OSC arm controller for one physics substep, compiled: what envs._LeanControlStep
+runs on each of the 25 substeps of a control step.
 
 robosuite computes the OSC torques in Python on every substep. The arithmetic is small (7x7
-matrices), so the time goes to ~40 numpy calls of ~1-3 us of Python each. ``osc_substep`` does
+matrices), so the time goes to ~40 numpy calls of ~1-3 us of Python each. These functions do
 the same operations in the same order in one numba call: numpy's elementwise arithmetic is
 IEEE-exact either way, and robosuite's own jitted opspace_matrices, orientation_error and
 nullspace_torques are called with arrays of the layouts robosuite gives them, so the same
 compiled code runs. tests/unit/sim/test_sim_lean_step.py checks the outcome bit for bit against
 robosuite's stock step.
+
+    osc_update(...)    OperationalSpaceController.update(): the arm's state, from mjData
+    osc_torques(...)   run_controller(): torques for the goal, written to mjData.ctrl
+    osc_substep(...)   both, for a substep without a new action (set_goal runs between the two
+                       on the substep that brings one)
 
 The MuJoCo calls stay in Python (mujoco.mj_step1/mj_step2/mj_jacSite/mj_fullM), because the
 bindings turn a MuJoCo error into an exception there; from compiled code it would end the
@@ -27,8 +32,8 @@ N_INTS = 11
 
 def compiled() -> bool:
     """False when robosuite's numba is switched off (robosuite.macros.ENABLE_NUMBA): then its
-    helpers are plain Python, which compiled code cannot call, and the lean step uses its own
-    Python path."""
+    helpers are plain Python, which compiled code cannot call, and envs runs robosuite's stock
+    step."""
     return all(isinstance(f, numba.core.registry.CPUDispatcher)
                for f in (opspace_matrices, orientation_error, nullspace_torques))
 
@@ -46,24 +51,18 @@ def _clip(x: float, low: float, high: float) -> float:
 # cache=True: compiled once (~10 s) and kept next to this module. The cache does not notice a
 # change in robosuite's helpers; robosuite is pinned in pyproject.toml.
 @numba.njit(cache=True)
-def osc_substep(qpos, qvel, site_xpos, site_xmat, qfrc_bias, ctrl, ints,
-                goal_pos, goal_ori, kp, kd, initial_joint, arm_low, arm_high, grip_ctrl,
-                jacp, jacr, base_jacp, base_jacr, mass_full,
-                origin_pos, origin_ori, ref_pos, ref_ori_mat, ref_pos_vel, ref_ori_vel,
-                J_pos, J_ori, J_full, joint_pos, joint_vel, mass_matrix, torques):  # noqa: N803 (robosuite's names)
-    """FixedBaseRobot.control on a substep without a new action, for envs._LeanControlStep.
-
-    Reads the mjData views (qpos ... qfrc_bias) and the Jacobians and full mass matrix the
-    caller has just filled (mj_jacSite for the reference and base sites, mj_fullM). Writes the
-    controller state robosuite keeps on the OSC object (origin_pos ... torques, in place) and
-    the actuator controls (ctrl). mass_matrix must be Fortran-ordered, as robosuite's is.
-    """
+def osc_update(qpos, qvel, site_xpos, site_xmat, ints, jacp, jacr, mass_full,
+               origin_pos, origin_ori, ref_pos, ref_ori_mat, ref_pos_vel, ref_ori_vel,
+               J_pos, J_ori, J_full, joint_pos, joint_vel, mass_matrix):  # noqa: N803 (robosuite's names)
+    """CompositeController.update_state() and OperationalSpaceController.update() under lite
+    physics. Reads the mjData views and the Jacobian (jacp, jacr: mj_jacSite of the reference
+    site) and full mass matrix (mj_fullM) the caller has just filled; writes the arm's state
+    (origin_pos ... mass_matrix) in place. mass_matrix must be Fortran-ordered, as robosuite's is:
+    the layout decides which code paths the products in osc_torques take."""
     base, ref = ints[BASE_SITE], ints[REF_SITE]
     qp0, qp1, qv0, qv1 = ints[QPOS0], ints[QPOS1], ints[QVEL0], ints[QVEL1]
-    # CompositeController.update_state()
     origin_pos[:] = site_xpos[base]
     origin_ori[:, :] = site_xmat[base].reshape((3, 3))
-    # OperationalSpaceController.update() under lite physics
     ref_pos[:] = site_xpos[ref]
     ref_ori_mat[:, :] = site_xmat[ref].reshape((3, 3))
     ref_pos_vel[:] = np.dot(jacp, qvel)
@@ -75,7 +74,16 @@ def osc_substep(qpos, qvel, site_xpos, site_xmat, qfrc_bias, ctrl, ints,
     joint_pos[:] = qpos[qp0:qp1]
     joint_vel[:] = qvel[qv0:qv1]
     mass_matrix[:, :] = mass_full[qv0:qv1, qv0:qv1]
-    # OperationalSpaceController.run_controller(), base frame, no interpolators
+
+
+@numba.njit(cache=True)
+def osc_torques(qvel, qfrc_bias, ctrl, ints, goal_pos, goal_ori, kp, kd, initial_joint, arm_low, arm_high,
+                grip_ctrl, base_jacp, base_jacr, origin_pos, origin_ori, ref_pos, ref_ori_mat, ref_pos_vel,
+                ref_ori_vel, J_pos, J_ori, J_full, joint_pos, joint_vel, mass_matrix, torques):  # noqa: N803
+    """OperationalSpaceController.run_controller() in the base frame without interpolators, then
+    the actuator controls: the arm's torques clipped to their ranges, the gripper's command
+    (fixed for the whole control step). base_jacp/base_jacr: mj_jacSite of the base site."""
+    qv0, qv1 = ints[QVEL0], ints[QVEL1]
     desired_world_pos = origin_pos + np.dot(origin_ori, goal_pos)
     desired_world_ori = np.dot(origin_ori, goal_ori)
     ori_error = orientation_error(desired_world_ori, ref_ori_mat)
@@ -93,9 +101,22 @@ def osc_substep(qpos, qvel, site_xpos, site_xmat, qfrc_bias, ctrl, ints,
         decoupled_wrench = np.dot(lambda_full, np.concatenate((desired_force, desired_torque)))
     torques[:] = np.dot(J_full.T, decoupled_wrench) + qfrc_bias[qv0:qv1]
     torques += nullspace_torques(mass_matrix, nullspace_matrix, initial_joint, joint_pos, joint_vel)
-    # clipped to the actuators' ranges; the gripper's command is fixed for the whole step
     a0, g0 = ints[ACT0], ints[GRIP0]
     for i in range(ints[ACT1] - a0):
         ctrl[a0 + i] = _clip(torques[i], arm_low[i], arm_high[i])
     for i in range(ints[GRIP1] - g0):
         ctrl[g0 + i] = grip_ctrl[i]
+
+
+@numba.njit(cache=True)
+def osc_substep(qpos, qvel, site_xpos, site_xmat, ints, jacp, jacr, mass_full,
+                origin_pos, origin_ori, ref_pos, ref_ori_mat, ref_pos_vel, ref_ori_vel,
+                J_pos, J_ori, J_full, joint_pos, joint_vel, mass_matrix,  # noqa: N803
+                qfrc_bias, ctrl, goal_pos, goal_ori, kp, kd, initial_joint, arm_low, arm_high, grip_ctrl,
+                base_jacp, base_jacr, torques):
+    """osc_update then osc_torques: a substep that brings no new goal, in one call."""
+    osc_update(qpos, qvel, site_xpos, site_xmat, ints, jacp, jacr, mass_full, origin_pos, origin_ori, ref_pos,
+               ref_ori_mat, ref_pos_vel, ref_ori_vel, J_pos, J_ori, J_full, joint_pos, joint_vel, mass_matrix)
+    osc_torques(qvel, qfrc_bias, ctrl, ints, goal_pos, goal_ori, kp, kd, initial_joint, arm_low, arm_high, grip_ctrl,
+                base_jacp, base_jacr, origin_pos, origin_ori, ref_pos, ref_ori_mat, ref_pos_vel, ref_ori_vel,
+                J_pos, J_ori, J_full, joint_pos, joint_vel, mass_matrix, torques)
