@@ -7,8 +7,9 @@ Prints, from one run (Lift, embedded Tansu broker):
      simulator, per wall second and per CPU second;
   2. per-step time of the bare loop (oracle policy + env.step + the signals it reads), and of the
      same loop instrumented (Step event built + Avro-encoded + published), side by side on the
-     same seeds; the overhead ratio with the recorder's Step batches and with every event sent as
-     it is recorded, and the cost of each part of one Step event (encoded alone, caches warm);
+     same seeds, in pairs run back to back: the median overhead ratio with the recorder's Step
+     batches and with every event sent as it is recorded, the time spent inside the recorder,
+     and the cost of each part of one Step event (encoded alone, caches warm);
   3. the cost of signals() alone (a VLA policy would not need it: then it is instrumentation too);
   4. env steps/s of published step events with a pool of N worker processes, no keyframes
      (scripted-clumsy, horizon 200, 4 episodes per process, one task per episode):
@@ -190,16 +191,18 @@ def main() -> int:
             stock_rates.append(env_steps_per_s(env, seed, lean=False))
             lean_rates.append(env_steps_per_s(env, seed, lean=True))
 
-        # per seed: each variant REPEATS times, the order rotated, the fastest run kept (what other
-        # load on the machine adds only ever slows a run down)
+        # Side by side: for each (repeat, seed) the three variants run back to back, in rotated order,
+        # and each instrumented run is compared with the bare run next to it. On a shared machine one
+        # episode can run 10% slower than its neighbour for no reason of its own; the median of
+        # these paired ratios is what stays put from run to run.
         variants = (None, EpisodeRecorder.batch_steps, 1)  # bare, batched Step events, one at a time
-        totals, recording = dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0.0)
-        steps = 0
-        for seed in range(args.episodes):
-            best = dict.fromkeys(variants, float("inf"))
-            inside = dict.fromkeys(variants, 0.0)
-            for rep in range(REPEATS):
-                for batch_steps in variants[rep % 3:] + variants[:rep % 3]:
+        per_step = {v: [] for v in variants}  # seconds per step of each run
+        inside = {v: [] for v in variants}  # seconds inside the recorder per step
+        ratios = {v: [] for v in variants[1:]}
+        for rep in range(REPEATS):
+            for seed in range(args.episodes):
+                times = {}
+                for batch_steps in variants[(rep + seed) % 3:] + variants[:(rep + seed) % 3]:
                     recorder = None
                     if batch_steps is not None:
                         identity = EpisodeIdentity(f"bench-{batch_steps}-{rep}", "robosuite", "Lift", spec.to_dict(),
@@ -209,13 +212,12 @@ def main() -> int:
                     n, t, t_rec = loop(env, seed, recorder)
                     if recorder is not None:
                         recorder.end(False, "timeout")
-                    if t < best[batch_steps]:
-                        best[batch_steps], inside[batch_steps] = t, t_rec
-            for v in variants:
-                totals[v] += best[v]
-                recording[v] += inside[v]
-            steps += n
-        bare, inst, unbatched = (totals[v] for v in variants)
+                    times[batch_steps] = t
+                    per_step[batch_steps].append(t / n)
+                    inside[batch_steps].append(t_rec / n)
+                for v in ratios:
+                    ratios[v].append(times[v] / times[None] - 1)
+        runs = REPEATS * args.episodes
         publisher.flush()
         env.reset(0)
         for _ in range(30):
@@ -249,25 +251,23 @@ def main() -> int:
         on_broker = count_steps(bootstrap, f"{prefix}rollout.steps", {s.episode_id for s in steady + cold},
                                 steady_steps + cold_steps)
 
-    bare_ms, inst_ms, unbatched_ms = bare / steps * 1000, inst / steps * 1000, unbatched / steps * 1000
+    bare_ms = statistics.median(per_step[None]) * 1000
     stock, lean = (statistics.median(r[0] for r in stock_rates), statistics.median(r[0] for r in lean_rates))
     stock_cpu, lean_cpu = (statistics.median(r[1] for r in stock_rates), statistics.median(r[1] for r in lean_rates))
     print(f"SimEnv.step alone (Lift, {HORIZON} random actions x 5 seeds each, median): robosuite stock step "
           f"{stock:6.1f} steps/s, lean step {lean:6.1f} steps/s ({lean / stock:.2f}x, identical results); "
           f"per CPU-second {stock_cpu:.0f} vs {lean_cpu:.0f}")
-    print(f"steps per loop: {steps} (Lift, oracle, {args.episodes} seeds, each run bare and instrumented "
-          f"{REPEATS} times, the fastest run of each kept)")
-    print(f"bare loop:          {bare_ms:7.3f} ms/step  ({1000 / bare_ms:6.1f} steps/s)")
-    print(f"instrumented loop:  {inst_ms:7.3f} ms/step  ({1000 / inst_ms:6.1f} steps/s)")
-    print(f"instrumentation overhead (event build + encode + publish): {100 * (inst_ms / bare_ms - 1):+.1f}% "
-          f"= {1000 * (inst_ms - bare_ms):.0f} us/step, Step events sent in the recorder's batches "
-          f"(batch_steps={EpisodeRecorder.batch_steps})")
-    print(f"  the same, each Step event sent as it is recorded (batch_steps=1): "
-          f"{100 * (unbatched_ms / bare_ms - 1):+.1f}% = {1000 * (unbatched_ms - bare_ms):.0f} us/step")
-    for v, label in ((EpisodeRecorder.batch_steps, "batched"), (1, "one at a time")):
-        us = recording[v] / steps * 1e6
-        print(f"  time inside the recorder ({label}): {us:.0f} us/step = {100 * us / 1000 / bare_ms:.1f}% of the bare "
-              "step (the side-by-side figure adds what the recorder's cache misses cost the simulator)")
+    print(f"bare loop (Lift, oracle, {HORIZON} steps x {runs} episodes, median): {bare_ms:.3f} ms/step "
+          f"({1000 / bare_ms:.1f} steps/s)")
+    for v, label in ((EpisodeRecorder.batch_steps, "Step events in the recorder's batches (batch_steps="
+                     f"{EpisodeRecorder.batch_steps})"),
+                     (1, "each Step event sent as it is recorded (batch_steps=1)")):
+        q1, median, q3 = statistics.quantiles(ratios[v], n=4)
+        us = statistics.median(inside[v]) * 1e6
+        print(f"instrumented, {label}: {statistics.median(per_step[v]) * 1000:.3f} ms/step; overhead against the "
+              f"bare run next to it: median {100 * median:+.1f}% (quartiles {100 * q1:+.1f}% .. {100 * q3:+.1f}% "
+              f"over {runs} pairs); time inside the recorder {us:.0f} us/step = {100 * us / 1000 / bare_ms:.1f}% "
+              "of the bare step")
     print(f"one Step event: build {build_us:.1f} us + Avro encode {encode_us:.1f} us + produce {publish_us:.1f} us")
     print(f"signals() alone: {signals_ms:.3f} ms/step = {100 * signals_ms / bare_ms:.1f}% of the bare loop")
     print(f"pool of {args.processes} (pids {pids}): spawn + imports + env build took {warm_s:.1f} s, not timed")
