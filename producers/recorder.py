@@ -23,8 +23,9 @@ Step events leave in small batches: ``step`` stamps the step's time and keeps it
 ``batch_steps`` steps, or once the oldest kept step is ``batch_ms`` old, the batch is built,
 encoded and handed to the producer in one go (``end`` sends what is left first, so EpisodeEnded
 follows its last step). Between two simulator steps the CPU caches hold the simulator, not the
-encoder: an event built and encoded on its own cost ~4x what it costs in a batch (bench/rollout.py).
-The delay this adds is at most ``batch_ms``, less than the producer's own linger on fast policies.
+encoder: built and encoded one at a time, right after a step, an event costs ~4x what it costs in
+a batch, and the recorder's share of a robosuite step halves with batches (bench/rollout.py).
+The delay this adds is at most ``batch_ms``, about the producer's own linger.
 """
 
 from __future__ import annotations
