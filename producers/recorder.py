@@ -22,10 +22,12 @@ gripper_force, object_poses, contacts, joint_torques, joint_pos, goal_distance, 
 Step events leave in small batches: ``step`` stamps the step's time and keeps it, and every
 ``batch_steps`` steps, or once the oldest kept step is ``batch_ms`` old, the batch is built,
 encoded and handed to the producer in one go (``end`` sends what is left first, so EpisodeEnded
-follows its last step). Between two simulator steps the CPU caches hold the simulator, not the
-encoder: built and encoded one at a time, right after a step, an event costs ~4x what it costs in
-a batch, and the recorder's share of a robosuite step halves with batches (bench/rollout.py).
-The delay this adds is at most ``batch_ms``, about the producer's own linger.
+follows its last step). A step that comes ``batch_ms`` or more after the one before it (a slow
+policy) leaves at once: waiting would only delay it. Why batches: between two simulator steps
+the CPU caches hold the simulator, not the encoder; built and encoded one at a time, right after
+a step, an event costs ~4x what it costs in a batch, and the recorder's share of a robosuite step
+halves with batches (bench/rollout.py).
+The delay this adds is at most ``batch_ms`` (plus one fast step), about the producer's own linger.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class EpisodeRecorder:
     batch_ms: float = 50.0
     _pending: list[tuple] = field(default_factory=list)  # steps kept for the next batch
     _pending_since: float = 0.0
+    _last_step_at: float = 0.0  # time.monotonic() of the last step (or of start)
     _signals: list[dict] = field(default_factory=list)
     _actions: list[list[float]] = field(default_factory=list)
     _successes: list[bool] = field(default_factory=list)
@@ -113,6 +116,7 @@ class EpisodeRecorder:
 
     def start(self) -> None:
         ident = self.identity
+        self._last_step_at = time.monotonic()
         self.publisher.publish(self._event(
             "EpisodeStarted", (ident.episode_id,), episode_id=ident.episode_id, request_id=ident.request_id,
             benchmark=ident.benchmark, task=ident.task, scenario_id=ident.scenario["scenario_id"],
@@ -134,7 +138,9 @@ class EpisodeRecorder:
         if not self._pending:
             self._pending_since = now
         self._pending.append((t, action, float(reward), sha, signals, datetime.now(UTC)))
-        if len(self._pending) >= self.batch_steps or (now - self._pending_since) * 1000 >= self.batch_ms:
+        slow = (now - self._last_step_at) * 1000 >= self.batch_ms
+        self._last_step_at = now
+        if slow or len(self._pending) >= self.batch_steps or (now - self._pending_since) * 1000 >= self.batch_ms:
             self.publish_pending()
 
     def publish_pending(self) -> None:

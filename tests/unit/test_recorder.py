@@ -63,6 +63,16 @@ def test_a_batch_leaves_once_its_oldest_step_is_batch_ms_old():
     assert sink.types() == ["EpisodeStarted", "Step", "Step"]
 
 
+def test_a_step_that_comes_batch_ms_after_the_one_before_leaves_at_once():
+    recorder, sink = _recorder(batch_steps=1000, batch_ms=30)
+    recorder.start()
+    time.sleep(0.05)  # a slow policy: nothing to gain by keeping its steps
+    _step(recorder, 1)
+    assert sink.types() == ["EpisodeStarted", "Step"]
+    _step(recorder, 1)  # a fast one is kept again
+    assert sink.types() == ["EpisodeStarted", "Step"]
+
+
 def test_a_step_is_stamped_when_it_is_recorded_not_when_it_leaves():
     recorder, sink = _recorder(batch_steps=2, batch_ms=60_000)
     recorder.start()
