@@ -177,11 +177,16 @@ class _LeanControlStep:
         self.mass_matrix, self.torques = np.zeros((n, n), order="F"), np.zeros(n)
         state = (self.origin_pos, self.origin_ori, arm.ref_pos, arm.ref_ori_mat, arm.ref_pos_vel, arm.ref_ori_vel,
                  arm.J_pos, arm.J_ori, arm.J_full, self.joint_pos, self.joint_vel, self.mass_matrix)
+        # the compiled functions' arguments, around the goal tuple set_goal decides each step:
+        #   osc_update(*update_args)
+        #   osc_torques(*torque_head, *goal, *torque_tail)
+        #   osc_substep(*update_args, *substep_mid, *goal, *substep_tail)
         self.update_args = (d.qpos, d.qvel, d.site_xpos, d.site_xmat, ints, self.jacp, self.jacr, self.mass_full,
                             *state)
         self.torque_head = (d.qvel, d.qfrc_bias, d.ctrl, ints)
         self.torque_tail = (self.base_jacp, self.base_jacr, *state, self.torques)
-        self.substep_tail = (d.qfrc_bias, d.ctrl)
+        self.substep_mid = (d.qfrc_bias, d.ctrl)
+        self.substep_tail = (self.base_jacp, self.base_jacr, self.torques)
         self.goal: tuple = ()
 
     @staticmethod
@@ -278,8 +283,7 @@ class _LeanControlStep:
         mujoco.mj_fullM(m, self.mass_full, d.qM)
         mujoco.mj_jacSite(m, d, self.base_jacp, self.base_jacr, self.base_site)
         if action is None:
-            osc_substep.osc_substep(*self.update_args, *self.substep_tail, *self.goal, self.base_jacp,
-                                    self.base_jacr, self.torques)
+            osc_substep.osc_substep(*self.update_args, *self.substep_mid, *self.goal, *self.substep_tail)
             return
         osc_substep.osc_update(*self.update_args)
         arm, grip = self.arm, self.grip
