@@ -26,12 +26,16 @@ TOPICS: tuple[Topic, ...] = (
     Topic("rollout.episodes", "episode_id", ("EpisodeStarted", "EpisodeEnded"), 4, FOREVER, "rollout_episodes"),
     Topic("rollout.steps", "episode_id", ("Step",), 4, 14 * DAY_MS, "rollout_steps"),
     Topic("failures.moments", "episode_id", ("FailureMoment",), 3, FOREVER, "failure_moments"),
+    # One partition each: the clusterer reads failures.episodes alone (a second clusterer in the group
+    # gets no partition: a standby), and restores itself from failures.clusters in order.
+    Topic("failures.episodes", "episode_id", ("EpisodeAnalysed",), 1, FOREVER, "failure_episodes"),
     Topic("failures.clusters", "cluster_id", ("ClusterAssigned", "ClusterUpdated"), 1, FOREVER, "failure_clusters"),
     Topic("scenarios.candidates", "scenario_id", ("CandidateProposed",), 3, FOREVER, "scenario_candidates"),
     Topic("critics.verdicts", "scenario_id", ("CriticVerdict",), 3, FOREVER, "critic_verdicts"),
     Topic("benchmark.decisions", "scenario_id",
           ("Promoted", "Rejected", "Deferred", "ReviewRequested", "ReviewDecided", "Retired"), 1, FOREVER,
           "benchmark_decisions"),
+    Topic("benchmark.cycles", "cycle_id", ("CycleStarted", "CandidatesGenerated"), 1, FOREVER, "benchmark_cycles"),
     Topic("models.registry", "model_id", ("ModelRegistered",), 1, FOREVER, "models_registry"),
     Topic("deadletter", "source_topic", ("DeadLetter",), 1, FOREVER, "dead_letters"),
 )

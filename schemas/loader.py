@@ -18,7 +18,7 @@ AVRO_DIR = Path(__file__).parent / "avro"
 NAMESPACE = "sepa"
 
 # Parse order matters: a type must be parsed before a schema that names it.
-SHARED_TYPES = ("Envelope", "Distractor", "ObjectPose", "Contact", "ExecutionQuality", "ScenarioSpec")
+SHARED_TYPES = ("Envelope", "Distractor", "ObjectPose", "Contact", "ExecutionQuality", "ScenarioSpec", "MomentOutcome")
 
 
 def _read(name: str) -> dict:

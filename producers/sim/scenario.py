@@ -28,7 +28,12 @@ DISTRACTOR_KINDS = ("box", "cylinder", "ball")
 # Envs whose manipulated object is a generated box and can therefore be rescaled.
 SCALABLE_ENVS = ("Lift", "Stack")
 # Unset = None here, [] in the Avro record.
-OPTIONAL_ARRAYS = ("placement_x_range", "placement_y_range", "object_rgba")
+OPTIONAL_ARRAYS = ("placement_x_range", "placement_y_range", "object_rgba", "place_target_xy")
+# Fields added after the first schema version: left out of the content hash while at their default,
+# so every scenario made before them keeps its id.
+LATER_FIELDS = {"success_hold_steps": 0, "place_target_xy": None}
+# ScenarioSpec fields of other benchmarks (LIBERO); a robosuite scenario leaves them at these values.
+OTHER_BENCHMARK_FIELDS = {"suite": "", "init_state_index": 0, "perturbations": {}}
 
 # Bounds a spec must respect. They keep the scene buildable, not "realistic".
 MAX_HORIZON = 10_000
@@ -39,6 +44,7 @@ MASS_RANGE_KG = (1e-3, 20.0)
 SIZE_SCALE_RANGE = (0.5, 2.0)
 DISTRACTOR_SIZE_RANGE_M = (0.005, 0.08)  # half-size (box, cylinder) or radius (ball)
 MAX_DISTRACTOR_ABS_M = 0.35
+MAX_SUCCESS_HOLD_STEPS = 1000
 
 
 def _float(name: str, value: Any) -> float:
@@ -123,6 +129,10 @@ class ScenarioSpec:
         object_size_scale: scales the manipulated object's geometry (Lift, Stack only).
         distractors: free bodies placed on the work surface.
         seed: builds the world (e.g. Lift's cube size); episodes are seeded by SimEnv.reset(seed).
+        success_hold_steps: consecutive steps the success must hold before the episode ends as a
+            success (lift and hold); 0 = the rollout default.
+        place_target_xy: (x, y) metres from the placement reference where the object must be put
+            down after the lift (Lift only: lift then place); None = the task's own goal.
         parent_id: the scenario this one was mutated from; not part of scenario_id.
     """
 
@@ -139,6 +149,8 @@ class ScenarioSpec:
     object_size_scale: float = 1.0
     distractors: tuple[Distractor, ...] = field(default_factory=tuple)
     seed: int = 0
+    success_hold_steps: int = 0
+    place_target_xy: tuple[float, float] | None = None
     parent_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -191,6 +203,18 @@ class ScenarioSpec:
             if not isinstance(d, Distractor):
                 raise ScenarioError(f"distractors must hold Distractor values, got {d!r}")
         set_(self, "distractors", distractors)
+        hold = _int("success_hold_steps", self.success_hold_steps)
+        if not 0 <= hold <= MAX_SUCCESS_HOLD_STEPS:
+            raise ScenarioError(f"success_hold_steps must be in [0, {MAX_SUCCESS_HOLD_STEPS}], got {hold!r}")
+        if self.place_target_xy is not None:
+            if self.env_name != "Lift":
+                raise ScenarioError(f"place_target_xy (lift then place) is only supported for Lift, "
+                                    f"got {self.env_name!r}")
+            xy = _float_tuple("place_target_xy", self.place_target_xy, 2)
+            if max(abs(v) for v in xy) > MAX_PLACEMENT_ABS_M:
+                raise ScenarioError(f"place_target_xy must lie within +-{MAX_PLACEMENT_ABS_M} m, "
+                                    f"got {self.place_target_xy!r}")
+            set_(self, "place_target_xy", xy)
         seed = _int("seed", self.seed)
         if not 0 <= seed < 2**63:
             raise ScenarioError(f"seed must be in [0, 2**63), got {seed!r}")
@@ -214,12 +238,22 @@ class ScenarioSpec:
             "object_size_scale": self.object_size_scale,
             "distractors": [d.to_dict() for d in self.distractors],
             "seed": self.seed,
+            "success_hold_steps": self.success_hold_steps,
+            "place_target_xy": list(self.place_target_xy) if self.place_target_xy else None,
         }
+
+    def _hashed_content(self) -> dict[str, Any]:
+        content = self._content()
+        for name, default in LATER_FIELDS.items():
+            if content[name] == default:
+                del content[name]
+        return content
 
     @property
     def scenario_id(self) -> str:
-        """"scn-" + the first 16 hex digits of sha256(canonical JSON of every field but parent_id)."""
-        canonical = json.dumps(self._content(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        """"scn-" + the first 16 hex digits of sha256(canonical JSON of every field but parent_id;
+        fields added later count only when they differ from their default)."""
+        canonical = json.dumps(self._hashed_content(), sort_keys=True, separators=(",", ":"), allow_nan=False)
         return "scn-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def mutate(self, **changes: Any) -> ScenarioSpec:
@@ -235,7 +269,8 @@ class ScenarioSpec:
         content = self._content()
         for name in OPTIONAL_ARRAYS:  # Avro has these as arrays, empty = unset (no Nullable(Array))
             content[name] = content[name] or []
-        return {"scenario_id": self.scenario_id, "parent_id": self.parent_id, "benchmark": BENCHMARK, **content}
+        return {"scenario_id": self.scenario_id, "parent_id": self.parent_id, "benchmark": BENCHMARK, **content,
+                **{k: (dict(v) if isinstance(v, dict) else v) for k, v in OTHER_BENCHMARK_FIELDS.items()}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ScenarioSpec:
@@ -244,9 +279,13 @@ class ScenarioSpec:
         if not isinstance(d, dict):
             raise ScenarioError(f"a scenario must be a mapping, got {type(d).__name__}")
         fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - fields - {"scenario_id", "benchmark"}
+        unknown = set(d) - fields - {"scenario_id", "benchmark"} - set(OTHER_BENCHMARK_FIELDS)
         if unknown:
             raise ScenarioError(f"unknown scenario keys {sorted(unknown)}")
+        for name, default in OTHER_BENCHMARK_FIELDS.items():
+            if name in d and d[name] != default:
+                raise ScenarioError(f"{name} is not a robosuite scenario field (it is {d[name]!r}; "
+                                    f"a robosuite scenario leaves it {default!r})")
         benchmark = d.get("benchmark", BENCHMARK)
         if benchmark != BENCHMARK:
             raise ScenarioError(f"benchmark must be {BENCHMARK!r}, got {benchmark!r}")
