@@ -18,7 +18,12 @@ with the rule's nominal values beside them (consumers/critics/sequential.py stat
 the wall time.
 
 Usage:
-    python bench/sequential.py [--trials 5000] [--seed 0] [--sweep-seeds 10] [--set alpha_rho=2 ...]
+    python bench/sequential.py [--trials 5000] [--seed 0] [--sweep-seeds 10] [--seed-effect 0.0]
+                               [--set look_seeds=4 alpha_spending=0,0.4,0.2,0.2,0.2 ...]
+
+--seed-effect S shares a per-seed latent (sd S, probit scale) among every arm, so a hard seed is
+hard for every model and for both the candidate and its parent, as with deterministic rollouts of
+one scene per seed; the marginal rates stay those of the class.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,6 +43,7 @@ import numpy as np  # noqa: E402
 
 from consumers.critics.sequential import ACCEPT, SequentialConfig, decide  # noqa: E402
 
+NORMAL = NormalDist()
 PROMOTE, REJECT, BORDERLINE = "promote", "reject", "borderline"
 PARENT = (0.97, 0.95, 0.93, 0.92)  # a saturated base: every registered model >= 90% on the parent
 
@@ -74,15 +81,28 @@ CLASSES = (
 )
 
 
-def simulate(cls: ScenarioClass, cfg: SequentialConfig, trials: int, seed: int, sweep_seeds: int) -> dict:
+def draw(rng: np.random.Generator, rates, n: int, seed_effect: float, z: np.ndarray) -> np.ndarray:
+    """Bernoulli outcomes (len(rates) x n) at the given rates; with seed_effect > 0 every arm shares a
+    per-seed latent z (a hard seed is hard for every model and both arms), the marginal rates unchanged."""
+    rates = np.asarray(rates, dtype=float)
+    if seed_effect <= 0:
+        return rng.random((len(rates), n)) < rates[:, None]
+    scale = np.sqrt(1.0 + seed_effect ** 2)
+    a = np.array([NORMAL.inv_cdf(min(max(r, 1e-12), 1 - 1e-12)) for r in rates]) * scale
+    return a[:, None] + seed_effect * z[None, :] + rng.standard_normal((len(rates), n)) > 0
+
+
+def simulate(cls: ScenarioClass, cfg: SequentialConfig, trials: int, seed: int, sweep_seeds: int,
+             seed_effect: float = 0.0) -> dict:
     n = cfg.max_seeds
     promoted, looks, seeds, per_model, new_per_model = 0, 0, 0, 0.0, 0.0
     models = len(cls.candidate)
     for trial in range(trials):
         rng = np.random.default_rng([seed, CLASSES.index(cls), trial])
-        oracle = (rng.random(n) < cls.oracle).tolist()
-        cand = rng.random((models, n)) < np.array(cls.candidate)[:, None]
-        par = rng.random((models, n)) < np.array(cls.parent)[:, None]
+        z = rng.standard_normal(n)
+        oracle = draw(rng, [cls.oracle], n, seed_effect, z)[0].tolist()
+        cand = draw(rng, cls.candidate, n, seed_effect, z)
+        par = draw(rng, cls.parent, n, seed_effect, z)
         arms = {f"m{i}": list(zip(cand[i].tolist(), par[i].tolist(), strict=True)) for i in range(models)}
         d = decide(oracle, arms, cfg)
         promoted += d.action == ACCEPT
@@ -115,6 +135,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sweep-seeds", type=int, default=10,
                     help="seeds of the parent arm already run by the sweeps (for the new-rollouts figure)")
+    ap.add_argument("--seed-effect", type=float, default=0.0,
+                    help="sd of a per-seed latent shared by every arm (0 = independent arms): correlated outcomes")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="SequentialConfig overrides")
     args = ap.parse_args()
     cfg = SequentialConfig(**parse_overrides(args.set))
@@ -122,12 +144,14 @@ def main() -> None:
     started = time.perf_counter()
     print(f"rule: {cfg}")
     print(f"{args.trials} trials per class, seed {args.seed}, {models} registered models + the oracle, "
-          f"parent arm's first {args.sweep_seeds} seeds from sweeps\n")
+          f"parent arm's first {args.sweep_seeds} seeds from sweeps, "
+          + (f"seed effect {args.seed_effect} (correlated arms)" if args.seed_effect > 0 else "independent arms")
+          + "\n")
     print(f"{'class':30s} {'truth':10s} {'promoted':>8s} {'looks':>6s} {'seeds/arm':>9s} "
           f"{'rollouts/model':>14s} {'new/model':>9s}  why")
     results = {}
     for cls in CLASSES:
-        r = results[cls.name] = simulate(cls, cfg, args.trials, args.seed, args.sweep_seeds)
+        r = results[cls.name] = simulate(cls, cfg, args.trials, args.seed, args.sweep_seeds, args.seed_effect)
         print(f"{cls.name:30s} {cls.truth:10s} {r['promoted']:8.4f} {r['looks']:6.2f} {r['seeds']:9.2f} "
               f"{r['per_model']:14.2f} {r['new_per_model']:9.2f}  {cls.why}")
 

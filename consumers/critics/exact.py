@@ -112,7 +112,8 @@ def range_sf(models: int, n: int, total: int, spread: int) -> float:
     for lo in range(0, n + 1):
         hi = min(n, lo + spread - 1)
         narrow += within(lo, hi) - within(lo + 1, hi)
-    return max(0.0, min(1.0, 1.0 - narrow / math.comb(models * n, total)))
+    ways = math.comb(models * n, total)
+    return (ways - narrow) / ways  # exact integers: never 0 for a spread that can occur
 
 
 @lru_cache(maxsize=65536)
