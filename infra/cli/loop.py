@@ -42,5 +42,5 @@ def run(ctx: typer.Context, episodes: int = typer.Option(4, min=1, help="episode
     if landed < expected:
         fail(InfraError(f"only {landed} of {expected} episodes landed within {timeout}s; "
                          f"see {settings.run_dir / 'pipeline.log'}"))
-    report(ctx, output=settings.memory_dir / "report.md")
+    report(ctx, output=settings.memory_dir)  # report.md and report.html in the memory dir
     console.print(f"state digest {state_digest(derived_state(store))}")
