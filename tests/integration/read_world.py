@@ -17,7 +17,8 @@ CHILD_SUCCESSES = {"oracle": 20, "strong": 16, "medium": 10, "weak": 4}
 KEYFRAME = "ab" + "0" * 62
 
 
-def build(log: EvidenceLog | None = None) -> EvidenceLog:
+def build(log: EvidenceLog | None = None, keyframe: str = KEYFRAME) -> EvidenceLog:
+    """keyframe: the sha256 the weak model's failed base episode (the cluster's representative) ends on."""
     log = log or EvidenceLog()
     for model, kind in MODELS.items():
         log.register(model, kind)
@@ -30,7 +31,7 @@ def build(log: EvidenceLog | None = None) -> EvidenceLog:
             fail = model == "weak" and seed == 19
             episode = log.episode(model, BASE, seed, not fail, request_id=request,
                                   moments=[("slip", 30, -1)] if fail else [("grasp_miss", 10, 20)] if seed == 0 else [],
-                                  keyframe=KEYFRAME if fail else None,
+                                  keyframe=keyframe if fail else None,
                                   quality={"regrasp_count": 1 if seed == 0 else 0})
             if fail:
                 failed.append(episode)
@@ -59,3 +60,17 @@ def build(log: EvidenceLog | None = None) -> EvidenceLog:
     log.decision("ReviewRequested", "scn-odd", "borderline semantic score")
     log.retired("scn-base", 3)
     return log
+
+
+if __name__ == "__main__":  # python tests/integration/read_world.py MEMORY_DIR: a memory dir holding this world
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from evidence_factory import store_events
+
+    from consumers.evidence.store import ClickHouseStore, migrate
+
+    store = ClickHouseStore.connect(None, Path(sys.argv[1]) / "evidence", "sepa")
+    migrate(store)
+    store_events(store, build().events)
