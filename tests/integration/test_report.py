@@ -37,7 +37,7 @@ def test_markdown_shows_scores_frontier_promotions_and_quality(written):
     assert "| semantic | **no** |" in text  # a critic that did not run says so
     assert "| weak | 20 | 95% | 20% | -75 pp |" in text  # the paired effect against the parent
     assert "Retired `scn-base`: saturated." in text
-    assert f"![representative episode" in text and f"keyframes/{sha}.png" in text
+    assert "![representative episode" in text and f"keyframes/{sha}.png" in text
     assert (files.markdown.parent / "keyframes" / f"{sha}.png").is_file()
     for name in ("heatmap", "frontier", "effects", "failures", "quality", "funnel"):
         assert f"figures/{name}.png" in text and (files.markdown.parent / "figures" / f"{name}.png").is_file()
