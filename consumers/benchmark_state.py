@@ -249,6 +249,12 @@ def current_version(store: EvidenceStore, *, run_id: str | None = None, as_of: d
     return benchmark.version if benchmark else None
 
 
+def next_version(store: EvidenceStore, *, as_of: datetime | None = None) -> int:
+    """The version the next Promoted/Retired creates: one past the latest (1 for the first)."""
+    current = current_version(store, as_of=as_of)
+    return 1 if current is None else current + 1
+
+
 def active_scenarios(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> list[str]:
     """Scenario ids of the latest benchmark version (empty before the first promotion)."""
     benchmark = active_benchmark(store, run_id=run_id, as_of=as_of)

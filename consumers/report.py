@@ -198,6 +198,7 @@ def _environment() -> Environment:
     env.filters["pct"] = lambda x: "-" if x is None else f"{100 * x:.0f}%"
     env.filters["rate"] = lambda x: "-" if x is None else f"{x:.2f}"
     env.filters["num"] = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"
+    env.filters["p"] = lambda x: "-" if x is None else "<0.001" if x < 0.001 else f"{x:.3f}"
     env.filters["signed"] = lambda x: f"{100 * x:+.0f} pp"
     env.filters["ci"] = lambda iv: f"[{iv[0]:.2f}, {iv[1]:.2f}]"
     env.filters["pp_ci"] = lambda iv: f"[{100 * iv[0]:+.0f}, {100 * iv[1]:+.0f}] pp"

@@ -35,7 +35,7 @@ def run(ctx: typer.Context, episodes: int = typer.Option(4, min=1, help="episode
     landed = 0
     with console.status("waiting for the evidence sink"):
         while time.monotonic() < deadline:
-            landed = sum(s.episodes for s in scores(store) if s.model_id in RUN_MODELS)
+            landed = sum(s.episodes + s.invalid for s in scores(store) if s.model_id in RUN_MODELS)
             if landed >= expected:
                 break
             time.sleep(0.5)

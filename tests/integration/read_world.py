@@ -62,11 +62,10 @@ def build(log: EvidenceLog | None = None, keyframe: str = KEYFRAME) -> EvidenceL
     return log
 
 
-if __name__ == "__main__":  # python tests/integration/read_world.py MEMORY_DIR: a memory dir holding this world
+if __name__ == "__main__":  # PYTHONPATH=tests python tests/integration/read_world.py MEMORY_DIR
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from evidence_factory import store_events
 
     from consumers.evidence.store import ClickHouseStore, migrate

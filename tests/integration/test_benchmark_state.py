@@ -27,6 +27,7 @@ def test_benchmark_versions_follow_promotions_and_retirements(store, log):
     assert slip.spec["object_friction"] == 0.1 and slip.parent_scenario_id == "scn-base"
     assert (slip.factor, slip.source_cluster_id, slip.promoted_in) == ("friction", "c1", 2)
     assert bs.current_version(store) == 3 and bs.active_scenarios(store) == ["scn-slip"]
+    assert bs.next_version(store) == 4
     # as of just before the second promotion, only version 1 exists
     before = versions[1].created_at - timedelta(microseconds=1)
     assert [v.version for v in bs.benchmark_versions(store, as_of=before)] == [1]
@@ -178,6 +179,7 @@ def test_memory_figures_and_an_empty_log(store, log):
     try:
         nothing = bs.memory_figures(empty)
         assert nothing.episodes == 0 and nothing.benchmark_version is None and nothing.failures == ()
+        assert bs.next_version(empty) == 1
         assert bs.scores(empty) == [] and bs.discrimination(empty).model_scores == ()
     finally:
         empty.command("DROP DATABASE IF EXISTS {database}")
