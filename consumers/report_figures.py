@@ -117,7 +117,7 @@ def effects(data: ReportData) -> bytes | None:
     ax.set_yticks(range(len(rows)), [f"{s} | {e.model_id} (n={e.effect.pairs})" for s, e in rows], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(-1.05, 1.05)
-    ax.set_xlabel("success on the promoted scenario - on its parent, same seeds (95% Newcombe interval)")
+    ax.set_xlabel("promoted - parent success, same seeds (95% Newcombe interval)")
     ax.set_title("what each promotion did to each model (red: significantly harder)", fontsize=9)
     return _png(fig)
 

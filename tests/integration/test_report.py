@@ -2,6 +2,7 @@
 Chromium renders without a console error, its heatmap visible in a screenshot."""
 
 import re
+import uuid
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from chromium import chromium_binary, render
 from evidence_factory import store_events
 
 from consumers import benchmark_state as bs
+from consumers.evidence.store import migrate
 from consumers.report import NothingToReport, gather, heatmap_colour, write_report
 from producers.keyframes import KeyframeStore
 
@@ -17,15 +19,20 @@ needs_chromium = pytest.mark.skipif(chromium_binary() is None, reason="Debian pa
                                     "(.ci/run installs it)")
 
 
-@pytest.fixture
-def written(store, tmp_path):
+@pytest.fixture(scope="module")
+def written(chdb_store, tmp_path_factory):
+    """One report of the world for the module's tests (its own database in the session's chDB)."""
+    tmp_path = tmp_path_factory.mktemp("report")
+    store = chdb_store.with_database(f"test_report_{uuid.uuid4().hex[:10]}")
+    migrate(store)
     frames = KeyframeStore(tmp_path / "keyframes")
     frame = np.zeros((64, 64, 3), dtype=np.uint8)
     frame[:, :, 0] = 200  # a red frame: easy to find in the page
     sha = frames.put(frame)
     store_events(store, world.build(keyframe=sha).events)
     files = write_report(store, tmp_path / "report", tmp_path / "keyframes", ranking=["strong", "medium", "weak"])
-    return files, sha
+    yield files, sha
+    store.command("DROP DATABASE IF EXISTS {database}")
 
 
 def test_markdown_shows_scores_frontier_promotions_and_quality(written):
