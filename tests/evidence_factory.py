@@ -169,57 +169,9 @@ class EvidenceLog:
                    approved=approved, reviewer="tester", note="looked at it")
 
 
-def complete_record_defaults(schema: dict) -> dict:
-    """The schema with every record-typed default spelled out in full.
-
-    Promoted.scenario and ClusterUpdated.representative_scenario (v2) default to a ScenarioSpec that
-    leaves out the fields having defaults of their own. Avro allows that, but ClickHouse's Avro
-    parser refuses the whole container ("No value found in default for parent_id"), so the sink
-    cannot store those events as the schemas stand. The bodies are the same either way: only the
-    writer schema's defaults differ, and no body relies on them.
-    """
-    named: dict[str, dict] = {}
-
-    def walk(node):
-        if isinstance(node, list):
-            return [walk(n) for n in node]
-        if not isinstance(node, dict):
-            return node
-        if node.get("type") == "record":
-            named[node["name"]] = node
-            named[f"{node.get('namespace', 'sepa')}.{node['name']}"] = node
-            for f in node["fields"]:
-                f["type"] = walk(f["type"])
-                record = _record(f["type"], named)
-                if record is not None and isinstance(f.get("default"), dict):
-                    f["default"] = _full_default(record, f["default"], named)
-            return node
-        return {k: walk(v) if k in ("items", "values", "type") else v for k, v in node.items()}
-
-    return walk(json.loads(json.dumps(schema)))
-
-
-def _record(node, named: dict) -> dict | None:
-    if isinstance(node, str):
-        return named.get(node)
-    return node if isinstance(node, dict) and node.get("type") == "record" else None
-
-
-def _full_default(record: dict, given: dict, named: dict) -> dict:
-    out = {}
-    for f in record["fields"]:
-        if f["name"] in given:
-            out[f["name"]] = given[f["name"]]
-        elif "default" in f:
-            inner = _record(f["type"], named)
-            out[f["name"]] = _full_default(inner, f["default"], named) if inner and isinstance(
-                f["default"], dict) else f["default"]
-    return out
-
-
 def store_events(store: EvidenceStore, events: Iterable[dict]) -> int:
-    """Encode with the real codec and insert the Avro bodies, one container per table and schema
-    (the writer schema with its record defaults completed: see complete_record_defaults)."""
+    """Encode with the real codec and insert the Avro bodies, one container per table and schema,
+    as the evidence sink does."""
     codec, manifest = Codec(), current_manifest()
     groups: dict[tuple[str, int], list[bytes]] = defaultdict(list)
     n = 0
@@ -229,6 +181,5 @@ def store_events(store: EvidenceStore, events: Iterable[dict]) -> int:
         groups[(table, int.from_bytes(framed[1:5], "big"))].append(framed[5:])
         n += 1
     for (table, schema_id), bodies in groups.items():
-        schema = complete_record_defaults(manifest.by_id(schema_id).schema)
-        insert_bodies(store, table, json.dumps(schema), bodies)
+        insert_bodies(store, table, json.dumps(manifest.by_id(schema_id).schema), bodies)
     return n

@@ -1,15 +1,11 @@
 """Replay rebuilds the evolving benchmark's state (versions, promotions, candidates, clusters):
 the world's events go through a real broker and the evidence sink, then into an empty store."""
 
-import json
 import threading
 
-import pytest
 import read_world as world
-from evidence_factory import complete_record_defaults
 
 from consumers.benchmark_state import benchmark_versions, derived_state
-from consumers.evidence.exceptions import StoreQueryError
 from consumers.evidence.sink import EvidenceSink
 from consumers.replay import compare, rebuild
 from infra.kafka_clients import ensure_topics, make_producer
@@ -36,17 +32,5 @@ def _replay_round_trip(broker: str, store, prefix: str) -> None:
         rebuilt.command("DROP DATABASE IF EXISTS {database}")
 
 
-@pytest.mark.xfail(strict=True, raises=StoreQueryError, reason=(
-    "ClickHouse's Avro parser refuses the v2 Promoted and ClusterUpdated schemas: their ScenarioSpec "
-    "defaults leave out fields that have defaults of their own ('No value found in default for parent_id'), "
-    "so the sink cannot store them; see tests/evidence_factory.py complete_record_defaults"))
 def test_replay_rebuilds_versions_and_promotions(tansu, store):
     _replay_round_trip(tansu, store, "replayread.")
-
-
-def test_replay_rebuilds_versions_and_promotions_once_the_defaults_are_complete(tansu, store, monkeypatch):
-    """The same round trip with the sink handing ClickHouse the writer schemas with their record
-    defaults spelled out (the fix proposed for the sink): the digest covers promotions and versions."""
-    monkeypatch.setattr(EvidenceSink, "_schema_json_for", lambda self, schema_id: json.dumps(
-        complete_record_defaults(self.schema_ids.by_id(schema_id).schema)))
-    _replay_round_trip(tansu, store, "replayfixed.")
