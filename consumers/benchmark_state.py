@@ -1,51 +1,90 @@
-"""Benchmark state, derived from the evidence log and never stored: a function of the events.
+"""Benchmark state as typed queries over the evidence log: derived, never stored.
 
-Every query reads FINAL so a re-delivered event counts once. `state_digest` hashes the whole
-derived state; replaying the topics into an empty store must reproduce it exactly.
+Every reader (report, diff, status, the critics and the gate, Grafana's SQL mirrors them) asks
+these functions rather than writing SQL of its own. Each returns frozen dataclasses and takes, where
+it makes sense:
+- ``run_id``: only events whose ``envelope.run_id`` is that run (the run that produced them; a
+  sweep episode reused by a later run keeps the run id of the run that made it);
+- ``version``: the benchmark version (the scenarios active in it, from Promoted/Retired);
+- ``as_of``: the log as it stood at that time (events with ``envelope.event_time <= as_of``).
+
+Every read goes through ``FINAL``, so an event delivered twice counts once whatever merges did.
+
+Success semantics: an episode's ``success`` is the environment's success measured relative to the
+episode's own start and *held at the end of the episode* (not "succeeded at any step"). A trial is
+one (model, scenario, seed): rollouts are deterministic per seed, so the same seed run twice (a
+sweep episode and a validation control arm, a re-sweep) is one trial, counted once (its latest
+valid copy). Episodes that ended ``env_error`` or ``aborted`` are not the policy's doing: they are
+counted as ``invalid`` and left out of success rates.
+
+``derived_state`` / ``state_digest`` hash the whole derived state (tables, scores, benchmark
+versions, promotions, candidate outcomes, clusters, reviews); replaying the topics into an empty
+store must reproduce the digest exactly.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from consumers.evidence.columns import table_columns
 from consumers.evidence.store import EvidenceStore
+from consumers.statistics import (
+    PairedDifference,
+    paired,
+    spearman,
+    wilson_interval,
+)
 from schemas.catalog import TOPICS
 
-Z_95 = 1.959963984540054
+# A scenario is saturated when every evaluated model passes it at least this often.
+SATURATION_RATE = 0.95
+# Terminations that say nothing about the policy: left out of success rates, counted as invalid.
+INVALID_TERMINATIONS = ("env_error", "aborted")
+# ModelRegistered.kind of the reference policy: it validates scenarios, it is not ranked.
+ORACLE_KIND = "oracle"
+# Decision types and the candidate status each leaves behind when it is the latest.
+DECISION_STATUS = {"Promoted": "promoted", "Rejected": "rejected", "Deferred": "deferred",
+                   "ReviewRequested": "review", "Retired": "retired"}
 
 
-def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """95% Wilson score interval: honest at small n and at 0% / 100%, unlike the normal one."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+ENDED = "envelope.event_type = 'EpisodeEnded'"
 
 
-@dataclass(frozen=True)
-class ModelScenarioScore:
-    model_id: str
-    scenario_id: str
-    episodes: int
-    successes: int
+# --- scope ------------------------------------------------------------------------------------
 
-    @property
-    def success_rate(self) -> float:
-        return self.successes / self.episodes if self.episodes else 0.0
+def _scope(run_id: str | None, as_of: datetime | None, params: dict, prefix: str = "") -> list[str]:
+    """WHERE conditions for a run and an "as of" time, with their bound parameters added to params."""
+    conditions = []
+    if run_id is not None:
+        params["run_id"] = run_id
+        conditions.append(f"{prefix}envelope.run_id = {{run_id:String}}")
+    if as_of is not None:
+        if as_of.tzinfo is None:
+            raise ValueError(f"as_of must be timezone-aware, got naive {as_of!r}")
+        params["as_of"] = as_of.astimezone(UTC)
+        conditions.append(f"{prefix}envelope.event_time <= {{as_of:DateTime64(6, 'UTC')}}")
+    return conditions
 
-    @property
-    def interval(self) -> tuple[float, float]:
-        return wilson_interval(self.successes, self.episodes)
 
+def _where(conditions: Iterable[str]) -> str:
+    conditions = [c for c in conditions if c]
+    return (" WHERE " + " AND ".join(conditions)) if conditions else ""
+
+
+def _utc(value: datetime) -> datetime:
+    """ClickHouse hands DateTime64(6, 'UTC') back naive."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+# --- evidence tables --------------------------------------------------------------------------
 
 def table_counts(store: EvidenceStore) -> dict[str, int]:
+    """Events per evidence table (one table per topic), each counted once."""
     return {t.table: int(store.query(f"SELECT count() FROM {{database}}.{t.table} FINAL")[0][0]) for t in TOPICS}
 
 
@@ -61,37 +100,951 @@ def table_fingerprints(store: EvidenceStore) -> dict[str, list]:
     return out
 
 
-def scores(store: EvidenceStore) -> list[ModelScenarioScore]:
-    rows = store.query("SELECT model_id, scenario_id, count(), countIf(success) FROM {database}.rollout_episodes "
-                       "FINAL WHERE envelope.event_type = 'EpisodeEnded' GROUP BY model_id, scenario_id "
-                       "ORDER BY model_id, scenario_id")
-    return [ModelScenarioScore(m, s, int(n), int(k)) for m, s, n, k in rows]
+# --- models -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RegisteredModel:
+    model_id: str
+    version: str
+    kind: str
+    description: str
 
 
-def active_scenarios(store: EvidenceStore) -> list[str]:
-    """Scenarios whose latest promotion-relevant decision is Promoted (or an approved review)."""
+def models(store: EvidenceStore, *, as_of: datetime | None = None) -> list[RegisteredModel]:
+    """Each registered model at its latest registration."""
+    params: dict = {}
     rows = store.query(
-        "SELECT scenario_id, argMax(envelope.event_type, (envelope.event_time, envelope.event_id)) AS last, "
-        "argMax(approved, (envelope.event_time, envelope.event_id)) FROM {database}.benchmark_decisions FINAL "
-        "WHERE envelope.event_type IN ('Promoted', 'Retired', 'ReviewDecided') GROUP BY scenario_id "
-        "ORDER BY scenario_id")
-    return [s for s, last, approved in rows if last == "Promoted" or (last == "ReviewDecided" and approved)]
+        "SELECT model_id, argMax(version, k), argMax(kind, k), argMax(description, k) FROM "
+        "(SELECT model_id, version, kind, description, (envelope.event_time, envelope.event_id) AS k "
+        f"FROM {{database}}.models_registry FINAL{_where(_scope(None, as_of, params))}) "
+        "GROUP BY model_id ORDER BY model_id", parameters=params)
+    return [RegisteredModel(*row) for row in rows]
 
 
-def open_reviews(store: EvidenceStore) -> list[str]:
+def ranked_model_ids(store: EvidenceStore, *, as_of: datetime | None = None) -> list[str] | None:
+    """Registered models that are ranked (every kind but the oracle); None when none is registered."""
+    registered = models(store, as_of=as_of)
+    return [m.model_id for m in registered if m.kind != ORACLE_KIND] if registered else None
+
+
+# --- decisions and benchmark versions ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decision:
+    event_id: str
+    event_type: str  # Promoted | Rejected | Deferred | ReviewRequested | ReviewDecided | Retired
+    event_time: datetime
+    run_id: str
+    scenario_id: str
+    reason: str
+    evidence_event_ids: tuple[str, ...]
+    gate_version: str
+    checks_json: str
+    benchmark_version: int  # Promoted / Retired: the version the decision creates
+    scenario: Mapping  # Promoted: the full ScenarioSpec
+    parent_scenario_id: str
+    source_cluster_id: str
+    factor: str
+    approved: bool  # ReviewDecided
+    reviewer: str
+    note: str
+
+    @property
+    def checks(self) -> dict:
+        try:
+            value = json.loads(self.checks_json) if self.checks_json else {}
+        except json.JSONDecodeError:
+            return {"unparsed": self.checks_json}
+        return value if isinstance(value, dict) else {"checks": value}
+
+
+_DECISION_COLUMNS = ("envelope.event_id, envelope.event_type, envelope.event_time, envelope.run_id, scenario_id, "
+                     "reason, evidence_event_ids, gate_version, checks_json, benchmark_version, scenario, "
+                     "parent_scenario_id, source_cluster_id, factor, approved, reviewer, note")
+
+
+def decisions(store: EvidenceStore, *, scenario_ids: Sequence[str] | None = None,
+              event_types: Sequence[str] | None = None, run_id: str | None = None,
+              as_of: datetime | None = None) -> list[Decision]:
+    """Gate and review decisions, oldest first (by event time, then event id)."""
+    params: dict = {}
+    conditions = _scope(run_id, as_of, params)
+    if scenario_ids is not None:
+        params["scenarios"] = list(scenario_ids)
+        conditions.append("scenario_id IN {scenarios:Array(String)}")
+    if event_types is not None:
+        params["types"] = list(event_types)
+        conditions.append("envelope.event_type IN {types:Array(String)}")
+    rows = store.query(f"SELECT {_DECISION_COLUMNS} FROM {{database}}.benchmark_decisions FINAL{_where(conditions)} "
+                       "ORDER BY envelope.event_time, envelope.event_id", parameters=params)
+    return [Decision(r[0], r[1], _utc(r[2]), r[3], r[4], r[5], tuple(r[6]), r[7], r[8], int(r[9]), r[10], r[11],
+                     r[12], r[13], bool(r[14]), r[15], r[16]) for r in rows]
+
+
+@dataclass(frozen=True)
+class ActiveScenario:
+    scenario_id: str
+    spec: Mapping  # the ScenarioSpec the Promoted carried
+    promoted_in: int  # the version that admitted it
+    parent_scenario_id: str
+    factor: str
+    source_cluster_id: str
+    promotion_event_id: str
+
+
+@dataclass(frozen=True)
+class BenchmarkVersion:
+    """The active benchmark as it stood once version ``version`` was created."""
+
+    version: int
+    created_at: datetime  # the first decision that made this version
+    scenarios: tuple[ActiveScenario, ...]  # sorted by scenario id
+    promoted: tuple[str, ...]  # scenarios this version admitted
+    retired: tuple[str, ...]  # scenarios this version retired
+
+    @property
+    def scenario_ids(self) -> tuple[str, ...]:
+        return tuple(s.scenario_id for s in self.scenarios)
+
+
+def benchmark_versions(store: EvidenceStore, *, run_id: str | None = None,
+                       as_of: datetime | None = None) -> list[BenchmarkVersion]:
+    """Every benchmark version, oldest first. Active = scenarios whose latest of Promoted/Retired is
+    Promoted, the decisions taken in (benchmark_version, event time, event id) order."""
+    events = decisions(store, event_types=("Promoted", "Retired"), run_id=run_id, as_of=as_of)
+    events.sort(key=lambda d: (d.benchmark_version, d.event_time, d.event_id))
+    active: dict[str, ActiveScenario] = {}
+    versions: list[BenchmarkVersion] = []
+    by_version: dict[int, list[Decision]] = defaultdict(list)
+    for d in events:
+        by_version[d.benchmark_version].append(d)
+    for version in sorted(by_version):
+        made = by_version[version]
+        for d in made:
+            if d.event_type == "Promoted":
+                active[d.scenario_id] = ActiveScenario(d.scenario_id, d.scenario, version, d.parent_scenario_id,
+                                                       d.factor, d.source_cluster_id, d.event_id)
+            else:
+                active.pop(d.scenario_id, None)
+        versions.append(BenchmarkVersion(
+            version, min(d.event_time for d in made), tuple(active[s] for s in sorted(active)),
+            tuple(sorted({d.scenario_id for d in made if d.event_type == "Promoted"})),
+            tuple(sorted({d.scenario_id for d in made if d.event_type == "Retired"}))))
+    return versions
+
+
+def active_benchmark(store: EvidenceStore, *, version: int | None = None, run_id: str | None = None,
+                     as_of: datetime | None = None) -> BenchmarkVersion | None:
+    """The benchmark at ``version`` (None: the latest); None when no such version exists."""
+    versions = benchmark_versions(store, run_id=run_id, as_of=as_of)
+    if not versions:
+        return None
+    if version is None:
+        return versions[-1]
+    return next((v for v in versions if v.version == version), None)
+
+
+def current_version(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> int | None:
+    benchmark = active_benchmark(store, run_id=run_id, as_of=as_of)
+    return benchmark.version if benchmark else None
+
+
+def next_version(store: EvidenceStore, *, as_of: datetime | None = None) -> int:
+    """The version the next Promoted/Retired creates: one past the latest (1 for the first)."""
+    current = current_version(store, as_of=as_of)
+    return 1 if current is None else current + 1
+
+
+def active_scenarios(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> list[str]:
+    """Scenario ids of the latest benchmark version (empty before the first promotion)."""
+    benchmark = active_benchmark(store, run_id=run_id, as_of=as_of)
+    return list(benchmark.scenario_ids) if benchmark else []
+
+
+class UnknownVersion(ValueError):
+    """A benchmark version that no Promoted/Retired decision created."""
+
+
+def version_scenarios(store: EvidenceStore, version: int | None, *, run_id: str | None = None,
+                      as_of: datetime | None = None) -> list[str] | None:
+    """The scenarios of ``version``; None (meaning: no restriction) when version is None."""
+    if version is None:
+        return None
+    benchmark = active_benchmark(store, version=version, run_id=run_id, as_of=as_of)
+    if benchmark is None:
+        known = [v.version for v in benchmark_versions(store, run_id=run_id, as_of=as_of)]
+        raise UnknownVersion(f"benchmark version {version} does not exist in the evidence log "
+                             f"(known versions: {known or 'none: nothing was promoted yet'})")
+    return list(benchmark.scenario_ids)
+
+
+# --- episodes and trials ----------------------------------------------------------------------
+
+def _trials_sql(params: dict, *, run_id: str | None, as_of: datetime | None,
+                model_ids: Sequence[str] | None, scenario_ids: Sequence[str] | None) -> str:
+    """One row per trial (model, scenario, seed): its latest valid ended episode.
+
+    Columns: model_id, scenario_id, seed (Nullable: an episode whose start is missing is a trial
+    of its own), episode_id, success, valid, termination, steps, quality, keyframe, request_id,
+    ended_at.
+    """
+    conditions = [ENDED, *_scope(run_id, as_of, params)]
+    if model_ids is not None:
+        params["models"] = list(model_ids)
+        conditions.append("model_id IN {models:Array(String)}")
+    if scenario_ids is not None:
+        params["scenarios"] = list(scenario_ids)
+        conditions.append("scenario_id IN {scenarios:Array(String)}")
+    params["invalid"] = list(INVALID_TERMINATIONS)
+    return (
+        "SELECT model_id, scenario_id, argMax(seed, k) AS seed, argMax(episode_id, k) AS episode_id, "
+        "argMax(success, k) AS success, argMax(valid, k) AS valid, argMax(termination, k) AS termination, "
+        "argMax(steps, k) AS steps, argMax(quality, k) AS quality, argMax(keyframe, k) AS keyframe, "
+        "argMax(request_id, k) AS request_id, argMax(ended_at, k) AS ended_at FROM ("
+        " SELECT e.model_id AS model_id, e.scenario_id AS scenario_id, e.episode_id AS episode_id,"
+        " e.success AS success, e.termination NOT IN {invalid:Array(String)} AS valid,"
+        " toString(e.termination) AS termination, e.steps AS steps, e.quality AS quality,"
+        " e.final_keyframe_sha256 AS keyframe, e.ended_at AS ended_at,"
+        " if(s.episode_id = '', NULL, s.seed) AS seed, s.request_id AS request_id,"
+        " if(s.episode_id = '', concat('episode ', e.episode_id), toString(s.seed)) AS trial,"
+        " (valid, e.ended_at, e.event_id) AS k"
+        " FROM (SELECT episode_id, model_id, scenario_id, success, termination, steps, quality,"
+        "  final_keyframe_sha256, envelope.event_time AS ended_at, envelope.event_id AS event_id"
+        f"  FROM {{database}}.rollout_episodes FINAL{_where(conditions)}) AS e"
+        " LEFT JOIN (SELECT episode_id, seed, request_id FROM {database}.rollout_episodes FINAL"
+        "  WHERE envelope.event_type = 'EpisodeStarted') AS s ON e.episode_id = s.episode_id"
+        ") GROUP BY model_id, scenario_id, trial")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One (model, scenario, seed) and the outcome of its latest valid episode."""
+
+    model_id: str
+    scenario_id: str
+    seed: int | None
+    episode_id: str
+    success: bool
+    valid: bool
+    termination: str
+    steps: int
+    request_id: str | None
+    final_keyframe_sha256: str | None
+
+
+def trials(store: EvidenceStore, *, model_ids: Sequence[str] | None = None, scenario_ids: Sequence[str] | None = None,
+           run_id: str | None = None, as_of: datetime | None = None) -> list[Trial]:
+    """Every trial, sorted by model, scenario, seed: what paired comparisons are built from."""
+    params: dict = {}
+    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids)
+    rows = store.query("SELECT model_id, scenario_id, seed, episode_id, success, valid, termination, steps, "
+                       f"request_id, keyframe FROM ({sql}) ORDER BY model_id, scenario_id, seed, episode_id",
+                       parameters=params)
+    return [Trial(r[0], r[1], None if r[2] is None else int(r[2]), r[3], bool(r[4]), bool(r[5]), r[6], int(r[7]),
+                  r[8], r[9]) for r in rows]
+
+
+@dataclass(frozen=True)
+class ModelScenarioScore:
+    """Success of one model on one scenario: ``successes`` of ``episodes`` valid trials."""
+
+    model_id: str
+    scenario_id: str
+    episodes: int  # valid trials (one per seed), the rate's denominator
+    successes: int
+    invalid: int = 0  # trials whose every episode ended env_error / aborted
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.successes, self.episodes)
+
+
+def scores(store: EvidenceStore, *, version: int | None = None, model_ids: Sequence[str] | None = None,
+           run_id: str | None = None, as_of: datetime | None = None) -> list[ModelScenarioScore]:
+    """Per model x scenario success with 95% Wilson intervals (semantics in the module docstring).
+    ``version`` restricts to that benchmark version's scenarios; None = every scenario."""
+    scenario_ids = version_scenarios(store, version, run_id=run_id, as_of=as_of)
+    params: dict = {}
+    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids)
+    rows = store.query(f"SELECT model_id, scenario_id, countIf(valid), countIf(valid AND success), countIf(NOT valid) "
+                       f"FROM ({sql}) GROUP BY model_id, scenario_id ORDER BY model_id, scenario_id",
+                       parameters=params)
+    return [ModelScenarioScore(m, s, int(n), int(k), int(bad)) for m, s, n, k, bad in rows]
+
+
+@dataclass(frozen=True)
+class ModelScore:
+    """A model's success pooled over a set of scenarios (each trial once), with its Wilson interval."""
+
+    model_id: str
+    scenarios: int  # scenarios of the set the model has valid trials on
+    episodes: int
+    successes: int
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.successes, self.episodes)
+
+
+def pooled_scores(per_scenario: Iterable[ModelScenarioScore]) -> list[ModelScore]:
+    grouped: dict[str, list[ModelScenarioScore]] = defaultdict(list)
+    for s in per_scenario:
+        if s.episodes:
+            grouped[s.model_id].append(s)
+    return [ModelScore(m, len(g), sum(s.episodes for s in g), sum(s.successes for s in g))
+            for m, g in sorted(grouped.items())]
+
+
+# --- paired effects, saturation, discrimination -------------------------------------------------
+
+@dataclass(frozen=True)
+class PairedEffect:
+    """A promoted scenario against its parent for one model, on the seeds both were run on.
+    ``effect.difference`` = child rate - parent rate (negative: the child is harder)."""
+
+    scenario_id: str
+    parent_scenario_id: str
+    factor: str
+    model_id: str
+    effect: PairedDifference  # arm 1 = parent, arm 2 = the promoted scenario
+
+
+def _outcomes_by_seed(rows: Iterable[Trial]) -> dict[tuple[str, str], dict[int, bool]]:
+    out: dict[tuple[str, str], dict[int, bool]] = defaultdict(dict)
+    for t in rows:
+        if t.valid and t.seed is not None:
+            out[(t.model_id, t.scenario_id)][t.seed] = t.success
+    return out
+
+
+def paired_effects(store: EvidenceStore, *, version: int | None = None, model_ids: Sequence[str] | None = None,
+                   run_id: str | None = None, as_of: datetime | None = None) -> list[PairedEffect]:
+    """Each promoted scenario that has a parent (not a base scenario) against that parent, per model,
+    on matching seeds. ``version``: only the scenarios of that version (None: every promotion)."""
+    promoted = [d for d in decisions(store, event_types=("Promoted",), run_id=run_id, as_of=as_of)
+                if d.parent_scenario_id and d.parent_scenario_id != d.scenario_id]
+    if version is not None:
+        keep = set(version_scenarios(store, version, run_id=run_id, as_of=as_of) or ())
+        promoted = [d for d in promoted if d.scenario_id in keep]
+    firsts: dict[str, Decision] = {}
+    for d in promoted:
+        firsts.setdefault(d.scenario_id, d)
+    if not firsts:
+        return []
+    wanted = sorted({s for d in firsts.values() for s in (d.scenario_id, d.parent_scenario_id)})
+    # Trials are not scoped by run: the parent's control arm is usually an earlier run's sweep.
+    by_seed = _outcomes_by_seed(trials(store, model_ids=model_ids, scenario_ids=wanted, as_of=as_of))
+    model_set = sorted({m for m, _ in by_seed})
+    out = []
+    for scenario_id in sorted(firsts):
+        d = firsts[scenario_id]
+        for model_id in model_set:
+            child, parent = by_seed.get((model_id, scenario_id)), by_seed.get((model_id, d.parent_scenario_id))
+            if child and parent:
+                effect = paired(parent, child)
+                if effect.pairs:
+                    out.append(PairedEffect(scenario_id, d.parent_scenario_id, d.factor, model_id, effect))
+    return out
+
+
+@dataclass(frozen=True)
+class SaturationSignal:
+    scenario_id: str
+    models: int  # models judged
+    missing: tuple[str, ...]  # models with no valid trial on the scenario
+    weakest_model: str | None
+    min_rate: float
+    min_lower: float  # the lowest Wilson lower bound among the models
+    saturated: bool  # every model judged passes at >= threshold (and none is missing)
+
+
+def saturation(store: EvidenceStore, *, version: int | None = None, model_ids: Sequence[str] | None = None,
+               threshold: float = SATURATION_RATE, run_id: str | None = None,
+               as_of: datetime | None = None) -> list[SaturationSignal]:
+    """Per scenario of ``version`` (None: the latest version, or every scenario with episodes before
+    the first promotion): does every model pass it at >= threshold? Models: the given ones, else
+    the ranked registered ones (the oracle is not judged), else every model with episodes."""
+    version = _default_version(store, version, run_id=run_id, as_of=as_of)
+    judged = list(model_ids) if model_ids is not None else ranked_model_ids(store, as_of=as_of)
+    table = scores(store, version=version, model_ids=judged, run_id=run_id, as_of=as_of)
+    if judged is None:
+        judged = sorted({s.model_id for s in table})
+    scenario_ids = version_scenarios(store, version, run_id=run_id, as_of=as_of) \
+        or sorted({s.scenario_id for s in table})
+    by_key = {(s.model_id, s.scenario_id): s for s in table if s.episodes}
+    out = []
+    for scenario_id in scenario_ids:
+        present = [by_key[(m, scenario_id)] for m in judged if (m, scenario_id) in by_key]
+        missing = tuple(m for m in judged if (m, scenario_id) not in by_key)
+        weakest = min(present, key=lambda s: (s.success_rate, s.model_id), default=None)
+        out.append(SaturationSignal(
+            scenario_id, len(present), missing, weakest.model_id if weakest else None,
+            weakest.success_rate if weakest else 0.0, min((s.interval[0] for s in present), default=0.0),
+            bool(present) and not missing and all(s.success_rate >= threshold for s in present)))
+    return out
+
+
+def _default_version(store: EvidenceStore, version: int | None, *, run_id: str | None,
+                     as_of: datetime | None) -> int | None:
+    return version if version is not None else current_version(store, run_id=run_id, as_of=as_of)
+
+
+@dataclass(frozen=True)
+class Discrimination:
+    """How well one benchmark version separates the models.
+
+    spread = best - worst pooled success rate; separated_pairs = model pairs whose 95% intervals do
+    not overlap; spearman = rank correlation of the models' rates with the reference ranking (None
+    without one, or with fewer than two models)."""
+
+    version: int | None  # None: every scenario with episodes (nothing promoted yet)
+    scenarios: int
+    model_scores: tuple[ModelScore, ...]  # best first
+    spread: float
+    separated_pairs: int
+    pairs: int
+    spearman: float | None
+
+    @property
+    def best(self) -> str | None:
+        return self.model_scores[0].model_id if self.model_scores else None
+
+    @property
+    def worst(self) -> str | None:
+        return self.model_scores[-1].model_id if self.model_scores else None
+
+
+def discrimination(store: EvidenceStore, *, version: int | None = None, ranking: Sequence[str] | None = None,
+                   model_ids: Sequence[str] | None = None, run_id: str | None = None,
+                   as_of: datetime | None = None) -> Discrimination:
+    """``ranking``: model ids from the most to the least capable (the reference Spearman is taken
+    against). Models: the given ones, else the ranked registered ones, else every model with episodes."""
+    version = _default_version(store, version, run_id=run_id, as_of=as_of)
+    judged = list(model_ids) if model_ids is not None else ranked_model_ids(store, as_of=as_of)
+    table = scores(store, version=version, model_ids=judged, run_id=run_id, as_of=as_of)
+    return _discrimination(version, table, ranking)
+
+
+def _discrimination(version: int | None, table: list[ModelScenarioScore],
+                    ranking: Sequence[str] | None) -> Discrimination:
+    pooled = sorted(pooled_scores(table), key=lambda m: (-m.success_rate, m.model_id))
+    rates = [m.success_rate for m in pooled]
+    pairs = [(a, b) for i, a in enumerate(pooled) for b in pooled[i + 1:]]
+    separated = sum(1 for a, b in pairs if a.interval[0] > b.interval[1] or b.interval[0] > a.interval[1])
+    rho = None
+    if ranking is not None:
+        ranked = [m for m in pooled if m.model_id in ranking]
+        # reference: the first model of the ranking is the most capable, so it gets the highest score
+        rho = spearman([m.success_rate for m in ranked], [-list(ranking).index(m.model_id) for m in ranked])
+    return Discrimination(version, len({s.scenario_id for s in table if s.episodes}), tuple(pooled),
+                          (max(rates) - min(rates)) if rates else 0.0, separated, len(pairs), rho)
+
+
+def discrimination_by_version(store: EvidenceStore, *, ranking: Sequence[str] | None = None,
+                              model_ids: Sequence[str] | None = None, run_id: str | None = None,
+                              as_of: datetime | None = None) -> list[Discrimination]:
+    """The capability frontier: every version's discrimination, oldest first (one entry with
+    version None before the first promotion)."""
+    judged = list(model_ids) if model_ids is not None else ranked_model_ids(store, as_of=as_of)
+    versions = benchmark_versions(store, run_id=run_id, as_of=as_of)
+    if not versions:
+        return [_discrimination(None, scores(store, model_ids=judged, run_id=run_id, as_of=as_of), ranking)]
+    table = scores(store, model_ids=judged, run_id=run_id, as_of=as_of)
+    return [_discrimination(v.version, [s for s in table if s.scenario_id in set(v.scenario_ids)], ranking)
+            for v in versions]
+
+
+# --- failures and clusters ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FailureTypeCount:
+    failure_type: str
+    moments: int  # FailureMoment events of this type
+    episodes: int  # episodes with at least one
+    recovered: int  # moments the episode later recovered from (EpisodeAnalysed)
+
+
+def failure_types(store: EvidenceStore, *, model_ids: Sequence[str] | None = None,
+                  scenario_ids: Sequence[str] | None = None, since: datetime | None = None,
+                  run_id: str | None = None, as_of: datetime | None = None) -> list[FailureTypeCount]:
+    """Detected failure moments by type, most frequent first."""
+    params: dict = {}
+    conditions = _scope(run_id, as_of, params)
+    conditions += _filters(params, model_ids, scenario_ids, since)
     rows = store.query(
-        "SELECT scenario_id FROM {database}.benchmark_decisions FINAL GROUP BY scenario_id "
-        "HAVING countIf(envelope.event_type = 'ReviewRequested') > countIf(envelope.event_type = 'ReviewDecided') "
-        "ORDER BY scenario_id")
-    return [r[0] for r in rows]
+        "SELECT m.failure_type, count(), uniqExact(m.episode_id), countIf(r.recovered) FROM "
+        "(SELECT envelope.event_id AS moment_id, toString(failure_type) AS failure_type, episode_id "
+        f" FROM {{database}}.failure_moments FINAL{_where(conditions)}) AS m "
+        "LEFT JOIN (SELECT mo.moment_id AS moment_id, max(mo.recovered_step >= 0) AS recovered "
+        " FROM {database}.failure_episodes FINAL ARRAY JOIN moments AS mo GROUP BY moment_id) AS r "
+        "ON m.moment_id = r.moment_id GROUP BY m.failure_type ORDER BY count() DESC, m.failure_type",
+        parameters=params)
+    return [FailureTypeCount(t, int(n), int(e), int(r)) for t, n, e, r in rows]
 
+
+def _filters(params: dict, model_ids, scenario_ids, since: datetime | None) -> list[str]:
+    conditions = []
+    if model_ids is not None:
+        params["models"] = list(model_ids)
+        conditions.append("model_id IN {models:Array(String)}")
+    if scenario_ids is not None:
+        params["scenarios"] = list(scenario_ids)
+        conditions.append("scenario_id IN {scenarios:Array(String)}")
+    if since is not None:
+        if since.tzinfo is None:
+            raise ValueError(f"since must be timezone-aware, got naive {since!r}")
+        params["since"] = since.astimezone(UTC)
+        conditions.append("envelope.event_time >= {since:DateTime64(6, 'UTC')}")
+    return conditions
+
+
+@dataclass(frozen=True)
+class FailureBucket:
+    start: datetime
+    failure_type: str
+    moments: int
+
+
+def failure_timeline(store: EvidenceStore, *, bucket_seconds: int | None = None, run_id: str | None = None,
+                     as_of: datetime | None = None) -> list[FailureBucket]:
+    """Failure moments per type per time bucket (by the moment's event time), oldest first.
+    bucket_seconds None: the log's time span in about 24 buckets (at least one second each)."""
+    params: dict = {}
+    conditions = _scope(run_id, as_of, params)
+    if bucket_seconds is None:
+        lo, hi = store.query(f"SELECT min(envelope.event_time), max(envelope.event_time) "
+                             f"FROM {{database}}.failure_moments FINAL{_where(conditions)}", parameters=params)[0]
+        span = (_utc(hi) - _utc(lo)).total_seconds() if lo and hi else 0.0
+        bucket_seconds = max(1, int(span / 24) + 1)
+    if bucket_seconds < 1:
+        raise ValueError(f"bucket_seconds must be >= 1, got {bucket_seconds}")
+    params["bucket"] = int(bucket_seconds)
+    rows = store.query(
+        "SELECT toStartOfInterval(envelope.event_time, toIntervalSecond({bucket:UInt32})) AS b, "
+        f"toString(failure_type), count() FROM {{database}}.failure_moments FINAL{_where(conditions)} "
+        "GROUP BY b, failure_type ORDER BY b, failure_type", parameters=params)
+    return [FailureBucket(_utc(b), t, int(n)) for b, t, n in rows]
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """A failure cluster at its latest ClusterUpdated (by clusterer position)."""
+
+    cluster_id: str
+    size: int  # 0 = retired
+    revision: int
+    position: int
+    dominant_failure_type: str
+    failure_types: Mapping[str, float]  # share of the cluster's episodes with a moment of each type
+    root_types: Mapping[str, float]
+    model_counts: Mapping[str, int]
+    scenario_counts: Mapping[str, int]
+    site: Mapping[str, float]
+    summary: str
+    summary_source: str
+    representative_episode_id: str
+    representative_scenario_id: str
+    representative_keyframe_sha256: str | None  # the representative episode's final keyframe
+    updated_at: datetime
+
+
+def clusters(store: EvidenceStore, *, as_of_position: int | None = None, include_retired: bool = False,
+             run_id: str | None = None, as_of: datetime | None = None) -> list[ClusterSummary]:
+    """Clusters at their latest ClusterUpdated, largest first. ``as_of_position``: the clusterer's
+    output before that position (what a cycle opened at that position saw)."""
+    params: dict = {}
+    conditions = ["envelope.event_type = 'ClusterUpdated'", *_scope(run_id, as_of, params)]
+    if as_of_position is not None:
+        params["position"] = int(as_of_position)
+        conditions.append("position < {position:Int64}")
+    rows = store.query(
+        "SELECT c.*, ifNull(k.keyframe, '') FROM ("
+        " SELECT cluster_id, argMax(size, position), argMax(revision, position), max(position),"
+        " argMax(dominant_failure_type, position), argMax(failure_types, position), argMax(root_types, position),"
+        " argMax(model_counts, position), argMax(scenario_counts, position), argMax(site, position),"
+        " argMax(summary, position), toString(argMax(summary_source, position)),"
+        " argMax(representative_episode_id, position) AS representative,"
+        " argMax(representative_scenario_id, position), argMax(envelope.event_time, position)"
+        f" FROM {{database}}.failure_clusters FINAL{_where(conditions)} GROUP BY cluster_id) AS c "
+        "LEFT JOIN (SELECT episode_id, any(final_keyframe_sha256) AS keyframe FROM {database}.rollout_episodes FINAL"
+        " WHERE envelope.event_type = 'EpisodeEnded' AND final_keyframe_sha256 IS NOT NULL GROUP BY episode_id) AS k"
+        " ON c.representative = k.episode_id", parameters=params)
+    out = [ClusterSummary(r[0], int(r[1]), int(r[2]), int(r[3]), r[4], dict(r[5]), dict(r[6]),
+                          {k: int(v) for k, v in r[7].items()}, {k: int(v) for k, v in r[8].items()}, dict(r[9]),
+                          r[10], r[11], r[12], r[13], r[15] or None, _utc(r[14])) for r in rows]
+    if not include_retired:
+        out = [c for c in out if c.size > 0]
+    return sorted(out, key=lambda c: (-c.size, c.cluster_id))
+
+
+def noise_episodes(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> int:
+    """Failed episodes whose latest assignment (by position) is "noise": clustered with nothing yet."""
+    params: dict = {}
+    conditions = ["envelope.event_type = 'ClusterAssigned'", *_scope(run_id, as_of, params)]
+    return int(store.query(
+        f"SELECT countIf(c = 'noise') FROM (SELECT episode_id, argMax(cluster_id, position) AS c "
+        f"FROM {{database}}.failure_clusters FINAL{_where(conditions)} GROUP BY episode_id)", parameters=params)[0][0])
+
+
+# --- candidates, verdicts, the funnel ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Verdict:
+    event_id: str
+    event_time: datetime
+    scenario_id: str
+    critic: str  # semantic | safety | robustness
+    critic_version: str
+    ran: bool  # False: the critic did not really run (missing evidence, never a pass)
+    score: float | None
+    passed: bool | None
+    backend: str
+    reason: str
+    rollouts: int  # rollouts this critic requested for the verdict
+    evidence_json: str
+
+
+def verdicts(store: EvidenceStore, *, scenario_ids: Sequence[str] | None = None, run_id: str | None = None,
+             as_of: datetime | None = None) -> list[Verdict]:
+    """Critic verdicts, oldest first."""
+    params: dict = {}
+    conditions = _scope(run_id, as_of, params)
+    if scenario_ids is not None:
+        params["scenarios"] = list(scenario_ids)
+        conditions.append("scenario_id IN {scenarios:Array(String)}")
+    rows = store.query(
+        "SELECT envelope.event_id, envelope.event_time, scenario_id, critic, critic_version, ran, score, passed, "
+        f"backend, reason, rollouts, evidence_json FROM {{database}}.critic_verdicts FINAL{_where(conditions)} "
+        "ORDER BY envelope.event_time, envelope.event_id", parameters=params)
+    return [Verdict(r[0], _utc(r[1]), r[2], r[3], r[4], bool(r[5]), r[6], None if r[7] is None else bool(r[7]),
+                    r[8], r[9], int(r[10]), r[11]) for r in rows]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    scenario_id: str
+    parent_scenario_id: str
+    operator: str
+    factor: str
+    generator: str  # failure-guided | blind | composition | base
+    cycle_id: str
+    source_cluster_id: str | None
+    params: Mapping[str, str]
+    proposed_at: datetime
+    # promoted | rejected | deferred | review | approved (review approved, not yet promoted) |
+    # retired | pending (no decision yet)
+    status: str
+    decided_at: datetime | None
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def rollouts(self) -> int:
+        return sum(v.rollouts for v in self.verdicts)
+
+
+def _status(history: list[Decision]) -> tuple[str, datetime | None]:
+    if not history:
+        return "pending", None
+    last = history[-1]
+    if last.event_type == "ReviewDecided":
+        return ("approved" if last.approved else "rejected"), last.event_time
+    return DECISION_STATUS[last.event_type], last.event_time
+
+
+def candidates(store: EvidenceStore, *, cycle_id: str | None = None, generator: str | None = None,
+               run_id: str | None = None, as_of: datetime | None = None) -> list[Candidate]:
+    """Proposed candidates with their verdicts and where the gate (or a reviewer) left them."""
+    params: dict = {}
+    conditions = _scope(run_id, as_of, params)
+    if cycle_id is not None:
+        params["cycle"] = cycle_id
+        conditions.append("cycle_id = {cycle:String}")
+    if generator is not None:
+        params["generator"] = generator
+        conditions.append("generator = {generator:String}")
+    rows = store.query(
+        "SELECT scenario_id, argMin(parent_scenario_id, k), argMin(operator, k), argMin(factor, k), "
+        "argMin(generator, k), argMin(cycle_id, k), argMin(source_cluster_id, k), argMin(params, k), min(t) FROM "
+        "(SELECT *, envelope.event_time AS t, (envelope.event_time, envelope.event_id) AS k "
+        f" FROM {{database}}.scenario_candidates FINAL{_where(conditions)}) GROUP BY scenario_id ORDER BY min(t), "
+        "scenario_id", parameters=params)
+    if not rows:
+        return []
+    ids = [r[0] for r in rows]
+    history: dict[str, list[Decision]] = defaultdict(list)
+    for d in decisions(store, scenario_ids=ids, as_of=as_of):
+        history[d.scenario_id].append(d)
+    judged: dict[str, list[Verdict]] = defaultdict(list)
+    for v in verdicts(store, scenario_ids=ids, as_of=as_of):
+        judged[v.scenario_id].append(v)
+    out = []
+    for r in rows:
+        status, decided_at = _status(history[r[0]])
+        out.append(Candidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], dict(r[7]), _utc(r[8]), status, decided_at,
+                             tuple(judged[r[0]])))
+    return out
+
+
+@dataclass(frozen=True)
+class Funnel:
+    """proposed -> verdicts -> decisions, for one generator (or every one: generator "all")."""
+
+    generator: str
+    infeasible: int  # generated but refused by the feasibility pre-check (never proposed)
+    proposed: int
+    with_verdicts: int
+    promoted: int
+    rejected: int
+    deferred: int
+    review: int
+    approved: int
+    retired: int
+    pending: int
+    rollouts: int  # rollouts the critics requested for these candidates
+
+
+def funnel(store: EvidenceStore, *, cycle_id: str | None = None, run_id: str | None = None,
+           as_of: datetime | None = None) -> list[Funnel]:
+    """One row per generator, then the total (generator "all")."""
+    proposed = candidates(store, cycle_id=cycle_id, run_id=run_id, as_of=as_of)
+    infeasible = _infeasible_counts(store, cycle_id=cycle_id, run_id=run_id, as_of=as_of)
+    by_generator: dict[str, list[Candidate]] = defaultdict(list)
+    for c in proposed:
+        by_generator[c.generator].append(c)
+    names = sorted(set(by_generator) | set(infeasible))
+    rows = [_funnel_row(g, by_generator[g], infeasible.get(g, 0)) for g in names]
+    rows.append(_funnel_row("all", proposed, sum(infeasible.values())))
+    return rows
+
+
+def _funnel_row(generator: str, group: list[Candidate], infeasible: int) -> Funnel:
+    count = defaultdict(int)
+    for c in group:
+        count[c.status] += 1
+    return Funnel(generator, infeasible, len(group), sum(1 for c in group if c.verdicts), count["promoted"],
+                  count["rejected"], count["deferred"], count["review"], count["approved"], count["retired"],
+                  count["pending"], sum(c.rollouts for c in group))
+
+
+def _infeasible_counts(store: EvidenceStore, *, cycle_id: str | None, run_id: str | None,
+                       as_of: datetime | None) -> dict[str, int]:
+    params: dict = {}
+    conditions = ["envelope.event_type = 'CandidatesGenerated'", *_scope(run_id, as_of, params)]
+    if cycle_id is not None:
+        params["cycle"] = cycle_id
+        conditions.append("cycle_id = {cycle:String}")
+    rows = store.query(f"SELECT generator, sum(length(mapKeys(infeasible))) FROM {{database}}.benchmark_cycles FINAL"
+                       f"{_where(conditions)} GROUP BY generator", parameters=params)
+    return {g: int(n) for g, n in rows}
+
+
+@dataclass(frozen=True)
+class Cycle:
+    cycle_id: str
+    cycle: int
+    benchmark_version: int
+    generator: str
+    started_at: datetime
+    models: tuple[str, ...]
+    proposed: tuple[str, ...]  # from CandidatesGenerated (empty until the mutator answered)
+    infeasible: int
+    answered: bool
+
+
+def cycles(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> list[Cycle]:
+    """Evolution cycles in the order they started."""
+    params: dict = {}
+    rows = store.query(
+        "SELECT cycle_id, anyIf(cycle, t = 'CycleStarted'), anyIf(benchmark_version, t = 'CycleStarted'), "
+        "anyIf(generator, t = 'CycleStarted'), minIf(at, t = 'CycleStarted'), anyIf(models, t = 'CycleStarted'), "
+        "anyIf(proposed, t = 'CandidatesGenerated'), sumIf(length(mapKeys(infeasible)), t = 'CandidatesGenerated'), "
+        "countIf(t = 'CandidatesGenerated') > 0 FROM (SELECT *, envelope.event_type AS t, envelope.event_time AS at "
+        f"FROM {{database}}.benchmark_cycles FINAL{_where(_scope(run_id, as_of, params))}) GROUP BY cycle_id "
+        "HAVING countIf(t = 'CycleStarted') > 0 ORDER BY minIf(at, t = 'CycleStarted'), cycle_id", parameters=params)
+    return [Cycle(r[0], int(r[1]), int(r[2]), r[3], _utc(r[4]), tuple(r[5]), tuple(r[6]), int(r[7]), bool(r[8]))
+            for r in rows]
+
+
+# --- reviews ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpenReview:
+    scenario_id: str
+    requested_at: datetime
+    reason: str
+    checks_json: str
+    evidence_event_ids: tuple[str, ...]
+    event_id: str
+
+
+def open_reviews(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> list[OpenReview]:
+    """ReviewRequested decisions no ReviewDecided (or later gate decision) has answered yet."""
+    history: dict[str, list[Decision]] = defaultdict(list)
+    for d in decisions(store, run_id=run_id, as_of=as_of):
+        history[d.scenario_id].append(d)
+    out = []
+    for scenario_id in sorted(history):
+        last = history[scenario_id][-1]
+        if last.event_type == "ReviewRequested":
+            out.append(OpenReview(scenario_id, last.event_time, last.reason, last.checks_json,
+                                  last.evidence_event_ids, last.event_id))
+    return out
+
+
+# --- rollouts spent, execution quality ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RolloutSpend:
+    purpose: str  # sweep | validation | adhoc | unrequested (episodes without a request)
+    requests: int
+    requested_episodes: int  # seeds asked for
+    ended_episodes: int  # episodes that ended (every copy, not trials: what was really spent)
+    env_steps: int
+
+
+def rollouts_spent(store: EvidenceStore, *, run_id: str | None = None,
+                   as_of: datetime | None = None) -> list[RolloutSpend]:
+    """Rollouts asked for and run, by purpose (the requests' ``purpose``)."""
+    params: dict = {}
+    scope = _scope(run_id, as_of, params)
+    requested = store.query(
+        "SELECT toString(purpose), count(), sum(length(seeds)) FROM {database}.rollout_requests FINAL"
+        f"{_where(scope)} GROUP BY purpose", parameters=params)
+    ended = store.query(
+        "SELECT ifNull(toString(r.purpose), 'unrequested') AS p, count(), sum(e.steps) FROM "
+        "(SELECT episode_id, steps FROM {database}.rollout_episodes FINAL"
+        f"{_where([ENDED, *scope])}) AS e "
+        "LEFT JOIN (SELECT episode_id, request_id FROM {database}.rollout_episodes FINAL "
+        " WHERE envelope.event_type = 'EpisodeStarted') AS s ON e.episode_id = s.episode_id "
+        "LEFT JOIN (SELECT request_id, any(purpose) AS purpose FROM {database}.rollout_requests FINAL "
+        " GROUP BY request_id) AS r ON s.request_id = r.request_id "
+        "GROUP BY p SETTINGS join_use_nulls = 1", parameters=params)
+    table: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for purpose, n, seeds in requested:
+        table[purpose][0:2] = [int(n), int(seeds)]
+    for purpose, n, steps in ended:
+        table[purpose][2:4] = [int(n), int(steps or 0)]
+    return [RolloutSpend(p, *v) for p, v in sorted(table.items())]
+
+
+@dataclass(frozen=True)
+class ExecutionQuality:
+    """How a model executed, beside whether it succeeded (means over its valid trials)."""
+
+    model_id: str
+    scenario_id: str | None  # None: over every scenario of the scope
+    episodes: int
+    success_rate: float
+    smoothness_jerk: float  # mean squared end-effector jerk, m^2/s^6 (lower is smoother)
+    path_efficiency: float  # straight-line / travelled distance, 0..1
+    peak_contact_force: float  # N
+    mean_contact_force: float  # N
+    regrasps: float  # per episode
+    idle_steps: float  # per episode
+    time_to_success: float | None  # steps, over successful episodes
+    moments: int  # failure moments in these episodes (EpisodeAnalysed)
+    recovered: int  # of which the episode later recovered
+    flagged_successes: int  # successes with at least one unrecovered moment
+
+    @property
+    def recovery_rate(self) -> float | None:
+        return self.recovered / self.moments if self.moments else None
+
+
+def execution_quality(store: EvidenceStore, *, version: int | None = None, by_scenario: bool = False,
+                      model_ids: Sequence[str] | None = None, run_id: str | None = None,
+                      as_of: datetime | None = None) -> list[ExecutionQuality]:
+    """Smoothness, force, re-grasps (EpisodeEnded.quality) and recoveries (EpisodeAnalysed moments)
+    per model (and scenario), over valid trials; ``version`` restricts to its scenarios."""
+    scenario_ids = version_scenarios(store, version, run_id=run_id, as_of=as_of)
+    params: dict = {}
+    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids)
+    group = "t.model_id, t.scenario_id" if by_scenario else "t.model_id"
+    rows = store.query(
+        f"SELECT t.model_id, {'t.scenario_id' if by_scenario else 'NULL'}, count(), avg(t.success), "
+        "avg(t.quality.smoothness_jerk), avg(t.quality.path_efficiency), avg(t.quality.peak_contact_force), "
+        "avg(t.quality.mean_contact_force), avg(t.quality.regrasp_count), avg(t.quality.idle_steps), "
+        "avgIf(t.quality.time_to_success, t.success AND t.quality.time_to_success IS NOT NULL), "
+        "sum(a.n_moments), sum(a.n_recovered), countIf(t.success AND a.n_unrecovered > 0) "
+        f"FROM ({sql}) AS t LEFT JOIN (SELECT episode_id, length(moments) AS n_moments, "
+        " arrayCount(m -> m.recovered_step >= 0, moments) AS n_recovered, "
+        " arrayCount(m -> m.recovered_step < 0, moments) AS n_unrecovered "
+        " FROM {database}.failure_episodes FINAL) AS a ON t.episode_id = a.episode_id "
+        f"WHERE t.valid GROUP BY {group} ORDER BY {group}", parameters=params)
+    return [ExecutionQuality(r[0], r[1], int(r[2]), float(r[3]), float(r[4]), float(r[5]), float(r[6]), float(r[7]),
+                             float(r[8]), float(r[9]), None if r[10] is None or r[10] != r[10] else float(r[10]),
+                             int(r[11]), int(r[12]), int(r[13])) for r in rows]
+
+
+# --- memory figures, for status -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """What the evidence log holds, in the terms people ask about."""
+
+    events: Mapping[str, int]  # per evidence table (one per topic)
+    episodes: int  # ended episodes (every copy)
+    trials: int  # distinct (model, scenario, seed)
+    models: int
+    failures: tuple[FailureTypeCount, ...]
+    clusters: int  # live clusters
+    noise_episodes: int
+    candidates: int
+    promotions: int
+    retirements: int
+    benchmark_version: int | None
+    active_scenarios: int
+    open_reviews: int
+    cycles: int
+    dead_letters: int
+    funnel: tuple[Funnel, ...] = field(default=())
+
+
+def memory_figures(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> MemoryFigures:
+    counts = table_counts(store)
+    params: dict = {}
+    ended = store.query("SELECT count() FROM {database}.rollout_episodes FINAL"
+                        f"{_where([ENDED, *_scope(run_id, as_of, params)])}",
+                        parameters=params)[0][0]
+    params = {}
+    trials_sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=None, scenario_ids=None)
+    trial_count = store.query(f"SELECT count() FROM ({trials_sql})", parameters=params)[0][0]
+    made = decisions(store, event_types=("Promoted", "Retired"), run_id=run_id, as_of=as_of)
+    benchmark = active_benchmark(store, run_id=run_id, as_of=as_of)
+    flow = funnel(store, run_id=run_id, as_of=as_of)
+    return MemoryFigures(
+        counts, int(ended), int(trial_count), len(models(store, as_of=as_of)),
+        tuple(failure_types(store, run_id=run_id, as_of=as_of)), len(clusters(store, run_id=run_id, as_of=as_of)),
+        noise_episodes(store, run_id=run_id, as_of=as_of), flow[-1].proposed,
+        sum(1 for d in made if d.event_type == "Promoted"), sum(1 for d in made if d.event_type == "Retired"),
+        benchmark.version if benchmark else None, len(benchmark.scenarios) if benchmark else 0,
+        len(open_reviews(store, run_id=run_id, as_of=as_of)), len(cycles(store, run_id=run_id, as_of=as_of)),
+        counts.get("dead_letters", 0), tuple(flow))
+
+
+# --- the digest replay verifies ------------------------------------------------------------------
 
 def derived_state(store: EvidenceStore) -> dict:
+    """Everything derived from the log, as plain JSON-able values in a fixed order."""
     return {
         "tables": table_fingerprints(store),
-        "scores": [[s.model_id, s.scenario_id, s.episodes, s.successes] for s in scores(store)],
+        "scores": [[s.model_id, s.scenario_id, s.episodes, s.successes, s.invalid] for s in scores(store)],
+        "benchmark_versions": [[v.version, list(v.scenario_ids), list(v.promoted), list(v.retired)]
+                               for v in benchmark_versions(store)],
+        "promotions": [[d.scenario_id, d.benchmark_version, d.event_id]
+                       for d in decisions(store, event_types=("Promoted", "Retired"))],
+        "candidates": [[c.scenario_id, c.generator, c.status, len(c.verdicts)] for c in candidates(store)],
+        "clusters": [[c.cluster_id, c.revision, c.size] for c in clusters(store, include_retired=True)],
         "active_scenarios": active_scenarios(store),
-        "open_reviews": open_reviews(store),
+        "open_reviews": [r.scenario_id for r in open_reviews(store)],
     }
 
 

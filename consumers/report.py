@@ -1,38 +1,279 @@
-"""Reports rendered from the derived benchmark state (markdown; jinja2 keeps layout out of code)."""
+"""The report: what the evidence log says about the models and the benchmark, for people.
+
+`gather` asks the typed queries (consumers.benchmark_state) for everything the report shows, and
+nothing else: the report keeps no state and writes no SQL. `write_report` renders it twice from
+the same data: report.md (figures as PNG files beside it) and report.html, self-contained (styles
+inline, figures and keyframes as data URIs, a content security policy that forbids any fetch), so
+it opens without a network.
+
+Usage (through the CLI):
+    sepa-eval report --output eval_memory/report
+"""
 
 from __future__ import annotations
 
-from jinja2 import Environment
+import base64
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 
-from consumers.benchmark_state import ModelScenarioScore, state_digest
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
-TEMPLATE = """# SEPA-Eval report
+from consumers import benchmark_state as bs
+from consumers.evidence.store import EvidenceStore
 
-State digest `{{ digest }}`
-
-## Scores (success rate, 95% Wilson interval)
-
-| model | scenario | episodes | success | 95% CI |
-|---|---|---:|---:|---|
-{% for s in scores -%}
-{% set lo, hi = s.interval -%}
-| {{ s.model_id }} | {{ s.scenario_id }} | {{ s.episodes }} | {{ "%.2f"|format(s.success_rate) }} \
-| [{{ "%.2f"|format(lo) }}, {{ "%.2f"|format(hi) }}] |
-{% endfor %}
-## Benchmark
-
-- active (promoted) scenarios: {{ state.active_scenarios|length }}
-- open reviews: {{ state.open_reviews|length }}
-
-## Evidence log
-
-| table | events |
-|---|---:|
-{% for table, (count, _) in state.tables.items() -%}
-| {{ table }} | {{ count }} |
-{% endfor %}"""
+# The report shows the largest clusters with their keyframes; the rest are counted.
+REPORT_MAX_CLUSTERS = 12
+# Heatmap cell colours: success 0 -> 1 along these anchors (viridis, legible to colour-blind readers).
+HEATMAP_ANCHORS = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
+                   (1.0, (253, 231, 37)))
 
 
-def render_markdown(state: dict, scores: list[ModelScenarioScore]) -> str:
-    template = Environment(autoescape=False, trim_blocks=False).from_string(TEMPLATE)
-    return template.render(state=state, scores=scores, digest=state_digest(state))
+class NothingToReport(ValueError):
+    """The evidence log holds no ended episode: there is nothing to score."""
+
+
+@dataclass(frozen=True)
+class HeatmapRow:
+    scenario_id: str
+    label: str  # what the scenario is: its factor against its parent, or "base"
+    status: str  # active | retired | candidate status (rejected, deferred, ...) | evaluated
+    cells: tuple[bs.ModelScenarioScore | None, ...]  # one per model of the heatmap, None: no trial
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A promoted scenario with the evidence that admitted it."""
+
+    decision: bs.Decision
+    candidate: bs.Candidate | None
+    verdicts: tuple[bs.Verdict, ...]
+    cluster: bs.ClusterSummary | None  # the source cluster, as it stands now
+    effects: tuple[bs.PairedEffect, ...]  # against the parent, per model
+
+
+@dataclass(frozen=True)
+class VersionReport:
+    version: bs.BenchmarkVersion
+    discrimination: bs.Discrimination
+    saturation: tuple[bs.SaturationSignal, ...]
+    promotions: tuple[Promotion, ...]
+    retirements: tuple[bs.Decision, ...]
+
+    @property
+    def saturated(self) -> int:
+        return sum(1 for s in self.saturation if s.saturated)
+
+
+@dataclass(frozen=True)
+class ReportData:
+    generated_at: datetime
+    run_id: str | None
+    ranking: tuple[str, ...] | None
+    counts: dict[str, int]
+    models: tuple[bs.RegisteredModel, ...]
+    heatmap_models: tuple[str, ...]
+    heatmap: tuple[HeatmapRow, ...]
+    versions: tuple[VersionReport, ...]
+    frontier: tuple[bs.Discrimination, ...]  # one per version (or one, before any promotion)
+    current_saturation: tuple[bs.SaturationSignal, ...]
+    failures: tuple[bs.FailureTypeCount, ...]
+    timeline: tuple[bs.FailureBucket, ...]
+    clusters: tuple[bs.ClusterSummary, ...]
+    clusters_total: int
+    noise_episodes: int
+    funnel: tuple[bs.Funnel, ...]
+    cycles: tuple[bs.Cycle, ...]
+    open_reviews: tuple[bs.OpenReview, ...]
+    rollouts: tuple[bs.RolloutSpend, ...]
+    quality: tuple[bs.ExecutionQuality, ...]
+    scores: tuple[bs.ModelScenarioScore, ...] = field(default=())
+
+    @property
+    def total_rollouts(self) -> int:
+        return sum(r.ended_episodes for r in self.rollouts)
+
+
+def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str] | None = None) -> ReportData:
+    """Everything the report shows, from the typed queries. Raises NothingToReport on an empty log."""
+    table = bs.scores(store, run_id=run_id)
+    if not table:
+        where = f" for run {run_id!r}" if run_id else ""
+        raise NothingToReport(f"no ended episode in the evidence log{where}: nothing to report yet "
+                              "(`sepa-eval run` evaluates the models and fills it)")
+    registered = bs.models(store)
+    versions = bs.benchmark_versions(store, run_id=run_id)
+    candidates = {c.scenario_id: c for c in bs.candidates(store, run_id=run_id)}
+    all_clusters = bs.clusters(store, run_id=run_id)
+    cluster_by_id = {c.cluster_id: c for c in all_clusters}
+    effects = bs.paired_effects(store, run_id=run_id)
+    version_reports = tuple(_version_report(store, v, candidates, cluster_by_id, effects, ranking, run_id)
+                            for v in versions)
+    heatmap_models = _heatmap_models(registered, table)
+    return ReportData(
+        generated_at=datetime.now(UTC), run_id=run_id, ranking=tuple(ranking) if ranking else None,
+        counts=bs.table_counts(store), models=tuple(registered), heatmap_models=heatmap_models,
+        heatmap=_heatmap(table, heatmap_models, versions, candidates),
+        versions=version_reports,
+        frontier=tuple(bs.discrimination_by_version(store, ranking=ranking, run_id=run_id)),
+        current_saturation=tuple(bs.saturation(store, run_id=run_id)),
+        failures=tuple(bs.failure_types(store, run_id=run_id)),
+        timeline=tuple(bs.failure_timeline(store, run_id=run_id)),
+        clusters=tuple(all_clusters[:REPORT_MAX_CLUSTERS]), clusters_total=len(all_clusters),
+        noise_episodes=bs.noise_episodes(store, run_id=run_id),
+        funnel=tuple(bs.funnel(store, run_id=run_id)), cycles=tuple(bs.cycles(store, run_id=run_id)),
+        open_reviews=tuple(bs.open_reviews(store, run_id=run_id)),
+        rollouts=tuple(bs.rollouts_spent(store, run_id=run_id)),
+        quality=tuple(bs.execution_quality(store, run_id=run_id)), scores=tuple(table))
+
+
+def _version_report(store: EvidenceStore, version: bs.BenchmarkVersion, candidates: dict[str, bs.Candidate],
+                    clusters: dict[str, bs.ClusterSummary], effects: list[bs.PairedEffect],
+                    ranking: list[str] | None, run_id: str | None) -> VersionReport:
+    made = bs.decisions(store, scenario_ids=list(version.promoted) + list(version.retired),
+                        event_types=("Promoted", "Retired"), run_id=run_id)
+    made = [d for d in made if d.benchmark_version == version.version]
+    by_scenario = defaultdict(list)
+    for e in effects:
+        by_scenario[e.scenario_id].append(e)
+    promotions = []
+    for d in (d for d in made if d.event_type == "Promoted"):
+        candidate = candidates.get(d.scenario_id)
+        promotions.append(Promotion(d, candidate, candidate.verdicts if candidate else (),
+                                    clusters.get(d.source_cluster_id), tuple(by_scenario.get(d.scenario_id, ()))))
+    return VersionReport(version, bs.discrimination(store, version=version.version, ranking=ranking, run_id=run_id),
+                         tuple(bs.saturation(store, version=version.version, run_id=run_id)), tuple(promotions),
+                         tuple(d for d in made if d.event_type == "Retired"))
+
+
+def _heatmap_models(registered: list[bs.RegisteredModel], table: list[bs.ModelScenarioScore]) -> tuple[str, ...]:
+    """Models with episodes: the oracle first (the ceiling), then the others by overall success."""
+    kinds = {m.model_id: m.kind for m in registered}
+    pooled = {m.model_id: m.success_rate for m in bs.pooled_scores(table)}
+    return tuple(sorted(pooled, key=lambda m: (kinds.get(m) != bs.ORACLE_KIND, -pooled[m], m)))
+
+
+def _heatmap(table: list[bs.ModelScenarioScore], models: tuple[str, ...], versions: list[bs.BenchmarkVersion],
+             candidates: dict[str, bs.Candidate]) -> tuple[HeatmapRow, ...]:
+    cells = {(s.model_id, s.scenario_id): s for s in table}
+    active = set(versions[-1].scenario_ids) if versions else set()
+    ever = {s for v in versions for s in v.scenario_ids}
+    order = {"active": 0, "retired": 1}
+    rows = []
+    for scenario_id in sorted({s.scenario_id for s in table}):
+        candidate = candidates.get(scenario_id)
+        status = ("active" if scenario_id in active else "retired" if scenario_id in ever
+                  else candidate.status if candidate else "evaluated")
+        label = "base" if not candidate or candidate.generator == "base" else candidate.factor
+        rows.append(HeatmapRow(scenario_id, label, status, tuple(cells.get((m, scenario_id)) for m in models)))
+    return tuple(sorted(rows, key=lambda r: (order.get(r.status, 2), r.status, r.scenario_id)))
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+def heatmap_colour(rate: float) -> tuple[int, int, int]:
+    """The cell colour for a success rate in [0, 1] (linear between the anchors)."""
+    rate = min(1.0, max(0.0, rate))
+    for (x0, c0), (x1, c1) in zip(HEATMAP_ANCHORS, HEATMAP_ANCHORS[1:], strict=False):
+        if rate <= x1:
+            f = (rate - x0) / (x1 - x0)
+            return tuple(round(a + (b - a) * f) for a, b in zip(c0, c1, strict=True))
+    return HEATMAP_ANCHORS[-1][1]
+
+
+def _hex(rgb: tuple[int, int, int]) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def _text_colour(rgb: tuple[int, int, int]) -> str:
+    luminance = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]
+    return "#000000" if luminance > 140 else "#ffffff"
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("consumers", "templates"), undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters["pct"] = lambda x: "-" if x is None else f"{100 * x:.0f}%"
+    env.filters["rate"] = lambda x: "-" if x is None else f"{x:.2f}"
+    env.filters["num"] = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"
+    env.filters["p"] = lambda x: "-" if x is None else "<0.001" if x < 0.001 else f"{x:.3f}"
+    env.filters["signed"] = lambda x: f"{100 * x:+.0f} pp"
+    env.filters["ci"] = lambda iv: f"[{iv[0]:.2f}, {iv[1]:.2f}]"
+    env.filters["pp_ci"] = lambda iv: f"[{100 * iv[0]:+.0f}, {100 * iv[1]:+.0f}] pp"
+    env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S UTC") if t else "-"
+    env.filters["bg"] = lambda s: _hex(heatmap_colour(s.success_rate))
+    env.filters["fg"] = lambda s: _text_colour(heatmap_colour(s.success_rate))
+    env.filters["short"] = lambda s, n=14: s if len(s) <= n else s[:n] + "…"
+    env.filters["mdcell"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+    return env
+
+
+def render_markdown(data: ReportData, figures: dict[str, str], keyframes: dict[str, str]) -> str:
+    """figures / keyframes: name or sha256 -> path relative to the markdown file."""
+    template = _environment().get_template("report.md.j2")
+    return template.render(d=data, figures=figures, keyframes=keyframes, legend=_legend())
+
+
+def render_html(data: ReportData, figures: dict[str, bytes], keyframes: dict[str, bytes]) -> str:
+    """figures / keyframes: name or sha256 -> PNG bytes, embedded as data URIs."""
+    env = _environment()
+    env.autoescape = True
+    uri = {name: "data:image/png;base64," + base64.b64encode(png).decode() for name, png in figures.items()}
+    frames = {sha: "data:image/png;base64," + base64.b64encode(png).decode() for sha, png in keyframes.items()}
+    return env.get_template("report.html.j2").render(d=data, figures=uri, keyframes=frames, legend=_legend())
+
+
+def _legend() -> list[tuple[str, str, str]]:
+    return [(f"{int(100 * x)}%", _hex(heatmap_colour(x)), _text_colour(heatmap_colour(x)))
+            for x in (0.0, 0.25, 0.5, 0.75, 1.0)]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown: Path
+    html: Path
+    figures: tuple[Path, ...]
+    html_bytes: int
+
+
+def write_report(store: EvidenceStore, output_dir: Path, keyframe_root: Path, *, run_id: str | None = None,
+                 ranking: list[str] | None = None) -> ReportFiles:
+    """report.md (+ figures/*.png, keyframes/*.png) and a self-contained report.html in output_dir."""
+    from consumers.report_figures import render_figures  # matplotlib: imported only to draw
+
+    data = gather(store, run_id=run_id, ranking=ranking)
+    figures = render_figures(data)
+    frames = _keyframes(data, keyframe_root)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "figures").mkdir(exist_ok=True)
+    paths = []
+    for name, png in figures.items():
+        path = output_dir / "figures" / f"{name}.png"
+        path.write_bytes(png)
+        paths.append(path)
+    if frames:
+        (output_dir / "keyframes").mkdir(exist_ok=True)
+        for sha in frames:
+            shutil.copyfile(keyframe_root / sha[:2] / f"{sha}.png", output_dir / "keyframes" / f"{sha}.png")
+    markdown = output_dir / "report.md"
+    markdown.write_text(render_markdown(data, {n: f"figures/{n}.png" for n in figures},
+                                        {s: f"keyframes/{s}.png" for s in frames}))
+    html = output_dir / "report.html"
+    text = render_html(data, figures, frames)
+    html.write_text(text)
+    return ReportFiles(markdown, html, tuple(paths), len(text.encode()))
+
+
+def _keyframes(data: ReportData, root: Path) -> dict[str, bytes]:
+    """The representative keyframes of the clusters shown (and of promotions' source clusters)
+    that exist on disk (a prune may have removed them)."""
+    shas = {c.representative_keyframe_sha256 for c in data.clusters}
+    shas |= {p.cluster.representative_keyframe_sha256 for v in data.versions for p in v.promotions if p.cluster}
+    out = {}
+    for sha in sorted(s for s in shas if s):
+        path = root / sha[:2] / f"{sha}.png"
+        if path.is_file():
+            out[sha] = path.read_bytes()
+    return out

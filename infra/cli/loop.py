@@ -35,12 +35,12 @@ def run(ctx: typer.Context, episodes: int = typer.Option(4, min=1, help="episode
     landed = 0
     with console.status("waiting for the evidence sink"):
         while time.monotonic() < deadline:
-            landed = sum(s.episodes for s in scores(store) if s.model_id in RUN_MODELS)
+            landed = sum(s.episodes + s.invalid for s in scores(store) if s.model_id in RUN_MODELS)
             if landed >= expected:
                 break
             time.sleep(0.5)
     if landed < expected:
         fail(InfraError(f"only {landed} of {expected} episodes landed within {timeout}s; "
                          f"see {settings.run_dir / 'pipeline.log'}"))
-    report(ctx, output=settings.memory_dir / "report.md")
+    report(ctx, output=settings.memory_dir)  # report.md and report.html in the memory dir
     console.print(f"state digest {state_digest(derived_state(store))}")

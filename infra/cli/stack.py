@@ -7,12 +7,14 @@ import json
 import typer
 from rich.table import Table
 
-from consumers.benchmark_state import table_counts
+from consumers.benchmark_state import MemoryFigures, memory_figures
 from consumers.evidence.exceptions import EvidenceError
 from infra import processes
 from infra.cli import app, console, err, fail, settings_of
+from infra.cli.read import open_existing_store
 from infra.exceptions import InfraError
 from infra.kafka_clients import ensure_topics, topic_message_counts
+from infra.lag import consumer_lag
 from schemas.catalog import TOPICS
 
 
@@ -37,17 +39,22 @@ def down(ctx: typer.Context):
 
 @app.command()
 def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="machine-readable")):
-    """Processes, topics and evidence counts per table."""
+    """Processes, evidence per table, memory and evolution figures (episodes, failures by type,
+    clusters, candidates, promotions, benchmark version) and consumer lag per group."""
     settings = settings_of(ctx)
     state = processes.RunState.read(settings)
     report: dict = {"memory_dir": str(settings.memory_dir), "broker": processes.broker_status(settings, state),
                     "streams": {"pid": state.streams_pid if state.streams_alive else None},
                     "pipeline": {"pid": state.pipeline_pid if state.pipeline_alive else None,
-                                 "store": state.store_url or settings.clickhouse_url or f"chdb://{settings.chdb_path}"}}
+                                 "store": state.store_url or settings.clickhouse_url or f"chdb://{settings.chdb_path}"},
+                    "memory": None}
     try:
-        report["evidence"] = table_counts(processes.open_store(settings))
+        figures = memory_figures(open_existing_store(settings))
+        report["evidence"] = dict(figures.events)
+        report["memory"] = _memory(figures)
     except EvidenceError as exc:
         report["evidence"] = {"error": str(exc)}
+    report["lag"] = _lag(settings, state, report["broker"])
     if as_json:
         print(json.dumps(report, indent=1))
         return
@@ -61,11 +68,68 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     streams_pid = report["streams"]["pid"]
     console.print(f"streams  {f'[green]pid {streams_pid}[/green]' if streams_pid else '[red]not running[/red]'}"
                   " (failure detector + clusterer)")
-    table = Table("evidence table", "events")
-    for name, count in (report["evidence"].items() if "error" not in report["evidence"] else []):
-        table.add_row(name, str(count))
     if "error" in report["evidence"]:
-        err.print(f"[red]{report['evidence']['error']}[/red]")
+        err.print(f"{report['evidence']['error']}")
+    else:
+        _print_memory(report["evidence"], report["memory"])
+    lag = report["lag"]
+    if "error" in lag:
+        console.print(f"consumer lag: {lag['error']}", soft_wrap=True, highlight=False)
+    elif lag["groups"]:
+        table = Table("consumer group", "lag (messages)", "per topic")
+        for group, entry in lag["groups"].items():
+            table.add_row(group, str(entry["lag"]), ", ".join(f"{t} {n}" for t, n in entry["topics"].items() if n)
+                          or "-")
+        console.print(table)
+    else:
+        console.print("consumer lag: no consumer group has committed offsets yet")
+
+
+def _memory(f: MemoryFigures) -> dict:
+    return {"episodes": f.episodes, "trials": f.trials, "models": f.models,
+            "failures_by_type": {t.failure_type: t.moments for t in f.failures},
+            "failures_recovered": {t.failure_type: t.recovered for t in f.failures},
+            "clusters": f.clusters, "noise_episodes": f.noise_episodes, "candidates": f.candidates,
+            "promotions": f.promotions, "retirements": f.retirements, "benchmark_version": f.benchmark_version,
+            "active_scenarios": f.active_scenarios, "open_reviews": f.open_reviews, "cycles": f.cycles,
+            "dead_letters": f.dead_letters,
+            "funnel": {r.generator: {"infeasible": r.infeasible, "proposed": r.proposed,
+                                     "with_verdicts": r.with_verdicts, "promoted": r.promoted,
+                                     "rejected": r.rejected, "deferred": r.deferred, "review": r.review,
+                                     "approved": r.approved, "retired": r.retired, "pending": r.pending}
+                       for r in f.funnel}}
+
+
+def _lag(settings, state: processes.RunState, broker: dict) -> dict:
+    if not broker["answering"]:
+        return {"error": f"no broker answering at {broker['bootstrap'] or '-'} (lag comes from the broker)"}
+    try:
+        groups = consumer_lag(broker["bootstrap"], topic_prefix=settings.topic_prefix)
+    except InfraError as exc:
+        return {"error": str(exc)}
+    return {"groups": {g.group: {"lag": g.lag, "topics": g.by_topic()} for g in groups if g.partitions}}
+
+
+def _print_memory(events: dict, memory: dict) -> None:
+    if not memory["episodes"] and not any(events.values()):
+        console.print("evidence log: empty (no event has landed yet)")
+        return
+    version = memory["benchmark_version"]
+    console.print(f"episodes {memory['episodes']} ({memory['trials']} trials) of {memory['models']} registered models; "
+                  f"benchmark {f'v{version}' if version is not None else 'not promoted yet'} "
+                  f"({memory['active_scenarios']} active scenarios)", soft_wrap=True, highlight=False)
+    funnel = memory["funnel"].get("all", {})
+    console.print(f"candidates {memory['candidates']}: {funnel.get('promoted', 0)} promoted, "
+                  f"{funnel.get('rejected', 0)} rejected, {funnel.get('deferred', 0)} deferred, "
+                  f"{memory['open_reviews']} awaiting review, {funnel.get('pending', 0)} pending; "
+                  f"{memory['promotions']} promotions, {memory['retirements']} retirements, {memory['cycles']} cycles",
+                  soft_wrap=True, highlight=False)
+    failures = ", ".join(f"{t} {n}" for t, n in memory["failures_by_type"].items()) or "none"
+    console.print(f"failures {failures}; clusters {memory['clusters']} ({memory['noise_episodes']} episodes "
+                  f"unclustered); dead letters {memory['dead_letters']}", soft_wrap=True, highlight=False)
+    table = Table("evidence table", "events")
+    for name, count in events.items():
+        table.add_row(name, str(count))
     console.print(table)
 
 

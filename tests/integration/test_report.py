@@ -1,0 +1,109 @@
+"""The report from a real chDB store: report.md and a self-contained report.html that headless
+Chromium renders without a console error, its heatmap visible in a screenshot."""
+
+import re
+import uuid
+
+import numpy as np
+import pytest
+import read_world as world
+from chromium import chromium_binary, render
+from evidence_factory import store_events
+
+from consumers import benchmark_state as bs
+from consumers.evidence.store import migrate
+from consumers.report import NothingToReport, gather, heatmap_colour, write_report
+from producers.keyframes import KeyframeStore
+
+needs_chromium = pytest.mark.skipif(chromium_binary() is None, reason="Debian package chromium not installed "
+                                    "(.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def written(chdb_store, tmp_path_factory):
+    """One report of the world for the module's tests (its own database in the session's chDB)."""
+    tmp_path = tmp_path_factory.mktemp("report")
+    store = chdb_store.with_database(f"test_report_{uuid.uuid4().hex[:10]}")
+    migrate(store)
+    frames = KeyframeStore(tmp_path / "keyframes")
+    frame = np.zeros((64, 64, 3), dtype=np.uint8)
+    frame[:, :, 0] = 200  # a red frame: easy to find in the page
+    sha = frames.put(frame)
+    store_events(store, world.build(keyframe=sha).events)
+    files = write_report(store, tmp_path / "report", tmp_path / "keyframes", ranking=["strong", "medium", "weak"])
+    yield files, sha
+    store.command("DROP DATABASE IF EXISTS {database}")
+
+
+def test_markdown_shows_scores_frontier_promotions_and_quality(written):
+    files, sha = written
+    text = files.markdown.read_text()
+    assert "| `scn-slip` | friction | active | 1.00 [0.84, 1.00] n=20 | 0.80 [0.58, 0.92] n=20 |" in text
+    assert "| v3 | 1 | strong | weak | 60% | 1 / 3 | 1.00 |" in text  # frontier row, Spearman vs the ranking
+    assert "#### `scn-slip` from `scn-base` (friction)" in text
+    assert "| semantic | **no** |" in text  # a critic that did not run says so
+    assert "| weak | 20 | 95% | 20% | -75 pp |" in text  # the paired effect against the parent
+    assert "Retired `scn-base`: saturated." in text
+    assert "![representative episode" in text and f"keyframes/{sha}.png" in text
+    assert (files.markdown.parent / "keyframes" / f"{sha}.png").is_file()
+    for name in ("heatmap", "frontier", "effects", "failures", "quality", "funnel"):
+        assert f"figures/{name}.png" in text and (files.markdown.parent / "figures" / f"{name}.png").is_file()
+    assert "| weak | 40 | 57% |" in text  # execution quality beside success
+
+
+def test_html_is_self_contained_and_small(written):
+    files, sha = written
+    html = files.html.read_text()
+    assert files.html_bytes < 5 * 1024 * 1024
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html), "the report must not fetch anything"
+    assert "<script" not in html
+    assert "default-src 'none'" in html  # and the page forbids it, so a stray fetch is a console error
+    assert html.count("data:image/png;base64,") >= 7  # 6 figures + the cluster's keyframe
+    assert "scn-slip" in html and "slips off a light cube" in html
+
+
+@needs_chromium
+def test_chromium_renders_the_report_without_errors_and_shows_the_heatmap(written):
+    files, _ = written
+    page = render(files.html.as_uri(), "#heatmap")
+    assert page.errors == []
+    assert page.screenshot is not None, "no #heatmap on the page"
+    pixels = np.asarray(page.screenshot).reshape(-1, 3).astype(int)
+
+    def share(rgb):
+        return float(np.mean(np.all(np.abs(pixels - np.array(rgb)) <= 6, axis=1)))
+
+    # oracle on scn-slip (100%), medium (50%) and weak (20%): each cell's colour is on the screen
+    for rate in (1.0, 0.5, 0.2):
+        assert share(heatmap_colour(rate)) > 0.01, f"no cell coloured for {rate:.0%} in the heatmap"
+    assert share((255, 255, 255)) < 0.9  # not a blank region
+
+
+@needs_chromium
+def test_the_render_check_fails_on_a_broken_page(tmp_path):
+    broken = tmp_path / "broken.html"
+    broken.write_text("<html><body><table id='heatmap'><tr><td>x</td></tr></table>"
+                      "<img src='missing.png'><script>throw new Error('boom')</script></body></html>")
+    page = render(broken.as_uri(), "#heatmap")
+    assert any("boom" in e for e in page.errors)
+    assert any("missing.png" in e or "ERR_FILE_NOT_FOUND" in e for e in page.errors)
+
+
+def test_an_empty_log_has_nothing_to_report(store):
+    with pytest.raises(NothingToReport, match="no ended episode"):
+        gather(store)
+
+
+def test_report_before_any_promotion_scores_every_scenario(store, tmp_path):
+    from evidence_factory import EvidenceLog, spec
+
+    log = EvidenceLog()
+    for seed in range(4):
+        log.episode("oracle", spec("lift"), seed, True)
+        log.episode("novice", spec("lift"), seed, seed < 2)
+    store_events(store, log.events)
+    assert bs.benchmark_versions(store) == []
+    files = write_report(store, tmp_path / "r", tmp_path / "keyframes")
+    text = files.markdown.read_text()
+    assert "Nothing has been promoted yet" in text and "| `scn-lift` | base | evaluated |" in text
+    assert "| all | 1 |" in text  # the frontier over every scenario
