@@ -98,7 +98,8 @@ class _Layout:
                        + ["eef_quat.x", "eef_quat.y", "eef_quat.z", "eef_quat.w", "gripper_opening"])
         features = {
             "observation.state": {"dtype": "float32", "shape": [len(state_names)], "names": state_names},
-            "action": {"dtype": "float32", "shape": [self.action], "names": [f"action.{i}" for i in range(self.action)]},
+            "action": {"dtype": "float32", "shape": [self.action],
+                       "names": [f"action.{i}" for i in range(self.action)]},
             "next.reward": {"dtype": "float32", "shape": [1], "names": None},
         }
         if self.environment_state:

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from consumers.evidence.store import EvidenceStore
 from consumers.exports.exceptions import NothingToExport, OutputExists
 from consumers.exports.queries import HardCase, hard_cases
-from consumers.evidence.store import EvidenceStore
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ and stored through the store's Avro insert, as the sink stores them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,7 +36,16 @@ def _moment(episode_id: str, failure_type: str, step: int, recovered_step: int =
 
 def build_world(store, keyframe_root: Path, base_time: datetime | None = None, n_episodes: int = 8,
                 seed: int = 3) -> World:
-    """Episodes of each kind, two days apart from base_time backwards (the first is the oldest)."""
+    """world_events(), stored."""
+    world, events = world_events(keyframe_root, base_time, n_episodes, seed)
+    store_events(store, events)
+    return world
+
+
+def world_events(keyframe_root: Path, base_time: datetime | None = None, n_episodes: int = 8,
+                 seed: int = 3) -> tuple[World, list[dict]]:
+    """Episodes of each kind, two days apart from base_time backwards (the first is the oldest),
+    with keyframe files written under keyframe_root."""
     base_time = base_time or datetime.now(UTC)
     events = list(synthetic_episodes(n_episodes, STEPS, seed, "export-test"))
     keyframes = KeyframeStore(keyframe_root)
@@ -92,8 +101,7 @@ def build_world(store, keyframe_root: Path, base_time: datetime | None = None, n
                 moments=moments, detector_version="test"))
     all_events = ([started[e] for e in order] + [s for e in order for s in steps[e]]
                   + [ended[e] for e in order] + analysed)
-    store_events(store, all_events)
-    return World(ended, started, steps, kinds, keyframe_root)
+    return World(ended, started, steps, kinds, keyframe_root), all_events
 
 
 def _at(event: dict, when: datetime) -> dict:
@@ -104,4 +112,4 @@ def with_kind(world: World, *kinds: str) -> list[str]:
     return [e for e, k in world.kinds.items() if k in kinds]
 
 
-__all__ = ["World", "build_world", "with_kind", "replace", "STEPS", "KEYFRAME_EVERY"]
+__all__ = ["World", "build_world", "world_events", "with_kind", "STEPS", "KEYFRAME_EVERY"]
