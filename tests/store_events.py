@@ -23,6 +23,65 @@ def store_events(store: EvidenceStore, events: Iterable[dict], codec: Codec | No
         event_type = event["envelope"]["event_type"]
         groups[(topic_for(event_type).table, event_type)].append(codec.encode(event)[HEADER_BYTES:])
     for (table, event_type), bodies in groups.items():
-        schema_json = json.dumps(current_manifest().latest(event_type).schema)
+        schema_json = json.dumps(complete_record_defaults(current_manifest().latest(event_type).schema))
         insert_bodies(store, table, schema_json, bodies)
     return sum(len(b) for b in groups.values())
+
+
+def complete_record_defaults(schema):
+    """The schema with every record-typed field default listing all of the record's fields.
+
+    ClickHouse's Avro reader (avro-cpp) refuses a writer schema whose record default leaves out a
+    field, even one with a default of its own ("No value found in default for parent_id"), and
+    ClusterUpdated.representative_scenario and Promoted.scenario do (schemas v2). The bodies do not
+    depend on defaults, so completing them changes nothing that is stored. Reported for a schema
+    fix; until then this is the one place the tests' inserts differ from the sink's.
+    """
+    if isinstance(schema, list):
+        return [complete_record_defaults(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if schema.get("type") == "record":
+        fields = []
+        for field in schema["fields"]:
+            field = {**field, "type": complete_record_defaults(field["type"])}
+            kind = field["type"]
+            if "default" in field and isinstance(kind, dict) and kind.get("type") == "record":
+                field["default"] = {**_blank(kind), **field["default"]}
+            fields.append(field)
+        out["fields"] = fields
+    elif schema.get("type") == "array":
+        out["items"] = complete_record_defaults(schema["items"])
+    elif schema.get("type") == "map":
+        out["values"] = complete_record_defaults(schema["values"])
+    return out
+
+
+def _blank(schema) -> object:
+    if isinstance(schema, list):  # a union: null when it may be, else its first branch
+        return None if "null" in schema else _blank(schema[0])
+    if isinstance(schema, dict):
+        kind = schema["type"]
+        if kind == "record":
+            return {f["name"]: f["default"] if "default" in f else _blank(f["type"]) for f in schema["fields"]}
+        if kind == "enum":
+            return schema["symbols"][0]
+        if kind == "array":
+            return []
+        if kind == "map":
+            return {}
+        return _blank(kind)
+    return {"string": "", "int": 0, "long": 0, "float": 0.0, "double": 0.0, "boolean": False, "bytes": b"",
+            "null": None}[schema]
+
+
+def event(event_type: str, natural_key: tuple, event_time, **fields) -> dict:
+    """A schema-complete event: every field the caller leaves out takes its Avro default, or an
+    empty value of its type."""
+    from schemas import loader
+    from schemas.events import make_event
+
+    blank = _blank(loader.expanded_schema(event_type))
+    blank.pop("envelope")
+    return make_event(event_type, natural_key, "test", "test-run", event_time=event_time, **{**blank, **fields})
