@@ -1,26 +1,17 @@
-"""Reading the evidence log: report; hard-case exports and housekeeping (export-hard-cases, prune)."""
+"""Reading the evidence log: report."""
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from pathlib import Path
 
 import typer
 
 from consumers.benchmark_state import derived_state, scores
 from consumers.evidence.exceptions import EvidenceError
-from consumers.exports.exceptions import ExportError
-from consumers.exports.jsonl import export_jsonl
-from consumers.exports.lerobot import DEFAULT_FPS, export_lerobot
-from consumers.exports.output import ExportFilters
-from consumers.prune import prune as prune_store
 from consumers.report import render_markdown
 from infra import processes
-from infra.cli import app, console, err, fail, settings_of
+from infra.cli import app, console, fail, settings_of
 from infra.exceptions import InfraError
-from schemas import loader
 
 
 @app.command()
@@ -41,6 +32,20 @@ def report(ctx: typer.Context, output: Path | None = typer.Option(None, help="wr
 
 
 # --- hard-case exports and housekeeping (export-hard-cases, prune) -------------------------------
+# (their imports here, so this section stays an append to the file)
+
+import re  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
+from enum import StrEnum  # noqa: E402
+
+from consumers.exports.exceptions import ExportError  # noqa: E402
+from consumers.exports.jsonl import export_jsonl  # noqa: E402
+from consumers.exports.lerobot import DEFAULT_FPS, export_lerobot  # noqa: E402
+from consumers.exports.output import ExportFilters  # noqa: E402
+from consumers.prune import prune as prune_store  # noqa: E402
+from infra.cli import err  # noqa: E402
+from schemas import loader  # noqa: E402
+
 
 class ExportFormat(StrEnum):
     jsonl = "jsonl"
