@@ -43,7 +43,7 @@ from consumers.exports.jsonl import export_jsonl  # noqa: E402
 from consumers.exports.lerobot import DEFAULT_FPS, export_lerobot  # noqa: E402
 from consumers.exports.output import ExportFilters  # noqa: E402
 from consumers.prune import prune as prune_store  # noqa: E402
-from infra.cli import err  # noqa: E402
+from infra.cli import err as export_err  # noqa: E402  (aliased: the report side imports err too)
 from schemas import loader  # noqa: E402
 
 
@@ -132,7 +132,7 @@ def export_hard_cases(
                   f"{summary.keyframes} keyframes" + (f", {summary.keyframes_missing} keyframe references without "
                                                       "a file" if summary.keyframes_missing else ""))
     for episode_id, reason in summary.skipped.items():
-        err.print(f"left out {episode_id}: {reason}")
+        export_err.print(f"left out {episode_id}: {reason}")
 
 
 @app.command(help=PRUNE_HELP)
