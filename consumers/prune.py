@@ -116,8 +116,11 @@ def prune(store: EvidenceStore, cutoff: datetime, keyframe_root: Path | None, dr
 
 
 def prune_horizon(store: EvidenceStore) -> datetime | None:
-    """The latest cutoff any prune of this store used (the rule is monotone: it covers the others)."""
-    ensure_prune_log(store)
+    """The latest cutoff any prune of this store used (the rule is monotone: it covers the others).
+    Reads only: a store never pruned has no prune_log table."""
+    (exists,), = store.query(f"EXISTS TABLE {{database}}.{PRUNE_LOG}")
+    if not exists:
+        return None
     (count, latest), = store.query(f"SELECT count(), max(cutoff) FROM {{database}}.{PRUNE_LOG}")
     if not count:
         return None
