@@ -1,7 +1,8 @@
 """Replay: rebuild an evidence store from the topics, or republish the store's log into topics.
 
-- rebuild: consume every topic from the beginning into an empty database and compare the derived
-  state's digest with the live store's. Replaying must reproduce it exactly.
+- rebuild: consume every topic from the beginning into an empty database, re-apply the live store's
+  recorded prunes (consumers/prune.py says what a replay after a prune can and cannot rebuild),
+  and compare the derived state's digest with the live store's. Replaying must reproduce it exactly.
 - republish: the embedded broker forgets every topic on restart; the evidence log does not. This
   re-encodes each stored event (same ids, same times, same bytes) into the topics.
 """
@@ -17,6 +18,7 @@ from consumers.benchmark_state import derived_state, state_digest
 from consumers.evidence.columns import table_columns
 from consumers.evidence.sink import EvidenceSink
 from consumers.evidence.store import EvidenceStore, migrate
+from consumers.prune import reapply_prunes
 from producers.publisher import Publisher
 from schemas import loader
 from schemas.catalog import TOPICS, Topic
@@ -36,6 +38,7 @@ def rebuild(store: EvidenceStore, bootstrap: str, topic_prefix: str, session_tim
     sink = EvidenceSink(target, bootstrap, topic_prefix, session_timeout_ms,
                         group_id=f"sepa-replay-{uuid.uuid4().hex[:12]}", publish_dead_letters=False)
     sink.run(threading.Event(), idle_exit_s=REPLAY_IDLE_EXIT_S)
+    reapply_prunes(store, target)
     return target
 
 

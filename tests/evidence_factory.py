@@ -9,15 +9,11 @@ can equally be published to a broker and drained by the sink.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from consumers.evidence.store import EvidenceStore, insert_bodies
-from schemas.catalog import topic_for
-from schemas.codec import Codec
+from consumers.evidence.store import EvidenceStore
 from schemas.events import make_event, stable_id
-from schemas.manifest import current_manifest
 
 START = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 QUALITY = {"smoothness_jerk": 1.0, "path_efficiency": 0.8, "peak_contact_force": 20.0, "mean_contact_force": 5.0,
@@ -170,16 +166,7 @@ class EvidenceLog:
 
 
 def store_events(store: EvidenceStore, events: Iterable[dict]) -> int:
-    """Encode with the real codec and insert the Avro bodies, one container per table and schema,
-    as the evidence sink does."""
-    codec, manifest = Codec(), current_manifest()
-    groups: dict[tuple[str, int], list[bytes]] = defaultdict(list)
-    n = 0
-    for event in events:
-        framed = codec.encode(event)
-        table = topic_for(event["envelope"]["event_type"]).table
-        groups[(table, int.from_bytes(framed[1:5], "big"))].append(framed[5:])
-        n += 1
-    for (table, schema_id), bodies in groups.items():
-        insert_bodies(store, table, json.dumps(manifest.by_id(schema_id).schema), bodies)
-    return n
+    """Insert the events as the evidence sink does (tests/store_events.py)."""
+    from store_events import store_events as insert
+
+    return insert(store, events)
