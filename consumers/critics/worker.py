@@ -39,7 +39,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from consumers import benchmark_state as q
 from consumers.critics.safety import SafetyConfig, judge_safety
-from consumers.critics.semantic import CRITIC as SEMANTIC, SemanticConfig, SemanticJudge, SemanticVerdict
+from consumers.critics.semantic import CRITIC as SEMANTIC
+from consumers.critics.semantic import SemanticConfig, SemanticJudge, SemanticVerdict
 from consumers.critics.sequential import ACCEPT, CONTINUE, SequentialConfig, decide
 from consumers.evidence.store import EvidenceStore
 from producers.publisher import Publisher
@@ -229,8 +230,8 @@ class CriticsWorker:
             if any((parent_id, m, s) not in outcome for s in range(upto)):
                 parent = parent or self._parent_spec(parent_id)
                 if parent is None:
-                    log.warning("candidate %s: the parent %s is not in the log; no control arm", candidate["scenario_id"],
-                                parent_id)
+                    log.warning("candidate %s: the parent %s is not in the log; no control arm",
+                                candidate["scenario_id"], parent_id)
                     return
                 arms.append((parent, m, 0))
         wanted = []
@@ -247,9 +248,6 @@ class CriticsWorker:
                 self.stats["requests"] += 1
 
     def _parent_spec(self, parent_id: str) -> dict | None:
-        active = {a.scenario_id: a for a in q.active_benchmark(self.store)}
-        if parent_id in active:
-            return dict(active[parent_id].spec)
         return q.scenario_spec(self.store, parent_id)
 
     def _oracle_episodes(self, candidate: dict, oracle: str) -> list:
