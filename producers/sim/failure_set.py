@@ -40,6 +40,7 @@ schemas, i.e. exactly what the rollout worker would have published.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -52,7 +53,7 @@ from typing import Any
 import fastavro
 import numpy as np
 
-from producers.recorder import EpisodeIdentity, EpisodeRecorder
+from producers.recorder import EpisodeIdentity, EpisodeRecorder, simulator_versions
 from producers.sim.envs import SimEnv, make_env
 from producers.sim.faults import FreezeAt, PerceptionOffset, ReleaseWhenLifted
 from producers.sim.perturb import Push
@@ -301,6 +302,11 @@ class _Collect:
         self.events.append(event)
 
 
+@functools.cache
+def _simulator() -> str:
+    return simulator_versions("robosuite", "mujoco")
+
+
 def run_case(case: Case, seed: int, envs: dict[str, SimEnv]) -> tuple[LabelledEpisode, list[dict]]:
     """One labelled episode: its label and the events the recorder made of it."""
     rng = np.random.default_rng([seed, sum(map(ord, case.name))])
@@ -310,7 +316,7 @@ def run_case(case: Case, seed: int, envs: dict[str, SimEnv]) -> tuple[LabelledEp
         env = envs[setup.spec.scenario_id] = make_env(setup.spec)
     identity = EpisodeIdentity(RUN_ID, "robosuite", setup.spec.env_name, setup.spec.to_dict(),
                                f"{case.name}:{setup.policy.name}", "1", seed, request_id=f"{case.name}-{seed}",
-                               producer="failure-set")
+                               producer="failure-set", simulator=_simulator())
     sink = _Collect()
     episode = Episode(env, setup.policy, seed, perturbations=setup.pushes, stop_on_success=setup.stop_on_success)
     with EpisodeRecorder(sink, identity) as recorder:
