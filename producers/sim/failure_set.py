@@ -1,8 +1,8 @@
 """The labelled failure set: seeded robosuite episodes under injected causes, each labelled with the
 failure type its cause must produce and the control step at which the cause became physical fact.
 
-    python -m producers.sim.failure_set --out eval_memory/failure_set --seeds 10
-    episodes = generate(CASES, seeds=range(10))          # in code: LabelledEpisode per run
+    python -m producers.sim.failure_set --out eval_memory/failure_set --seeds 30
+    episodes = generate(CASES, seeds=30)                 # in code: LabelledEpisode per run
     labels, events = load(Path("eval_memory/failure_set"))
 
 It is the ground truth that ``bench/failure_mining.py`` scores the failure detector and clusterer
@@ -388,7 +388,8 @@ def load(directory: Path) -> tuple[list[LabelledEpisode], dict[str, list[dict]]]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("eval_memory/failure_set"))
-    parser.add_argument("--seeds", type=int, default=10, help="episodes per case (times the case's repeat)")
+    parser.add_argument("--seeds", type=int, default=30, help="episodes per case (times the case's repeat); "
+                        "bench/failure_mining.py tunes on seeds 0-9 and scores on the rest")
     parser.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args(argv)
