@@ -171,48 +171,6 @@ class DetectorConfig:
     wrong_grasp_confirm_steps: int = 3  # for this many consecutive steps
     wrong_object_lift_m: float = 0.02  # or a non-target object lifted this far while touched, m
     wrong_grasp_severity_force_n: float = 40.0  # contact force giving severity 1 (a full Panda grip), N
-    # -- recovery ---------------------------------------------------------------------------
-
-    def _recover(self, waiting: list[int], t: int, how: str) -> list[int]:
-        """Marks the waiting moments from before step ``t`` recovered at ``t``; returns the rest."""
-        left = []
-        for i in waiting:
-            if self.moments[i]["step"] < t:
-                self._recovery[i] = [t, how]
-            else:
-                left.append(i)
-        return left
-
-    def _recover_progress(self, t: int, goal: float) -> None:
-        cfg = self.config
-        left = []
-        for i, ref in self._awaiting_progress:
-            if self.moments[i]["step"] < t and (goal <= ref - cfg.stall_min_progress_m or goal <= cfg.goal_reached_m):
-                self._recovery[i] = [t, "progressed"]
-            else:
-                left.append((i, ref))
-        self._awaiting_progress = left
-
-    def outcomes(self) -> list[dict]:
-        """Every moment emitted so far as a MomentOutcome record (schemas/avro/MomentOutcome.avsc):
-        its id, type, step, severity, features, and the step and way the episode recovered from it
-        (-1 and "" while it has not)."""
-        return [{"moment_id": m["envelope"]["event_id"], "failure_type": m["failure_type"], "step": m["step"],
-                 "severity": m["severity"], "features": m["features"], "recovered_step": r[0], "recovery": r[1]}
-                for m, r in zip(self.moments, self._recovery, strict=True)]
-
-    def _site(self) -> dict[str, float]:
-        """Goal, lift and where the hand and the target are, at the current step."""
-        feats = {"goal_distance_m": float(self._goal), "object_lift_m": float(self._lift)}
-        eef = self._eef
-        if eef is not None:
-            feats["eef_x"], feats["eef_y"], feats["eef_z"] = float(eef[0]), float(eef[1]), float(eef[2])
-        obj, start = self._obj, self._obj_start
-        if obj is not None:
-            feats["object_x"], feats["object_y"], feats["object_z"] = float(obj[0]), float(obj[1]), float(obj[2])
-            feats["object_dx"], feats["object_dy"] = float(obj[0] - start[0]), float(obj[1] - start[1])
-        return feats
-
     # -- output -----------------------------------------------------------------------------
     max_moments_per_type: int = 5  # per episode; later ones are counted, not emitted
 
