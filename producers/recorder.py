@@ -355,8 +355,9 @@ class EpisodeRecorder:
         except SignalError as exc:
             raise SignalError(f"episode {self.identity.episode_id} step {t}: {exc}") from None
         clean = self._check(t, signals)
+        if self._known is None:
+            raise RuntimeError(f"episode {self.identity.episode_id}: step() before start()")
         sha = self.keyframes.put(keyframe) if keyframe is not None and self.keyframes else None
-        self._compare(t, action, reward, sha, clean)
         self._signals.append(clean)
         self._actions.append(action)
         self._successes.append(bool(success))
@@ -371,9 +372,8 @@ class EpisodeRecorder:
             self.publish_pending()
 
     def _compare(self, t: int, action: list, reward: float, sha: str | None, clean: dict) -> None:
+        """Remembers the step's content (a first copy) or compares it with the copy before."""
         known = self._known
-        if known is None:
-            raise RuntimeError(f"episode {self.identity.episode_id}: step() before start()")
         content = _step_hash(t, action, reward, sha, clean)
         if not self._rerun:
             known.steps.append(content)
@@ -385,10 +385,67 @@ class EpisodeRecorder:
 
     def _check(self, t: int, signals: Any) -> dict:
         """The signals as a new dict of plain lists and floats, or SignalError naming the field."""
+        if self._shape is not None and type(signals) is dict:
+            clean = self._fast(signals, self._shape)
+            if clean is not None:
+                return clean
         try:
             return self._clean(signals)
         except SignalError as exc:  # messages are built on failure only: this runs at every step
             raise SignalError(f"episode {self.identity.episode_id} step {t}: signals{exc}") from None
+
+    def _fast(self, s: dict, shape: _Shape) -> dict | None:
+        """``_clean`` for the common case (lists of floats, as SimEnv gives them) in few, mostly
+        C-level operations; None when anything is unusual or wrong: ``_clean`` then takes it,
+        or names what is wrong. It accepts nothing ``_clean`` refuses."""
+        try:
+            eef_pos, eef_quat, torques, joints = s["eef_pos"], s["eef_quat"], s["joint_torques"], s["joint_pos"]
+            opening, force, goal, lift = s["gripper_opening"], s["gripper_force"], s["goal_distance"], s["object_lift"]
+            poses, contacts = s["object_poses"], s["contacts"]
+        except KeyError:
+            return None
+        n = shape.joints
+        if not (type(eef_pos) is list and len(eef_pos) == 3 and type(eef_quat) is list and len(eef_quat) == 4
+                and type(torques) is list and len(torques) == n and type(joints) is list and len(joints) == n
+                and type(opening) is float and type(force) is float and type(goal) is float and type(lift) is float
+                and type(poses) is list and len(poses) == len(shape.names) and type(contacts) is list):
+            return None
+        try:
+            total = sum(eef_pos) + sum(eef_quat) + sum(torques) + sum(joints) + opening + force + goal + lift
+            q0, q1, q2, q3 = eef_quat
+            unit = abs(math.sqrt(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3) - 1.0) <= QUAT_NORM_TOLERANCE
+            clean_poses = []
+            for p, name in zip(poses, shape.names, strict=True):
+                if type(p) is not dict:
+                    return None
+                pos, quat = p.get("pos"), p.get("quat")
+                if p.get("name") != name or type(pos) is not list or len(pos) != 3 or type(quat) is not list \
+                        or len(quat) != 4:
+                    return None
+                total += sum(pos) + sum(quat)
+                q0, q1, q2, q3 = quat
+                unit = unit and abs(math.sqrt(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3) - 1.0) <= QUAT_NORM_TOLERANCE
+                clean_poses.append({"name": name, "pos": list(pos), "quat": list(quat)})
+            groups = shape.groups
+            clean_contacts = []
+            for c in contacts:
+                if type(c) is not dict:
+                    return None
+                a, b, f = c.get("a"), c.get("b"), c.get("normal_force")
+                if type(a) is not str or type(b) is not str or a == b or a not in groups or b not in groups \
+                        or type(f) is not float or not f >= 0.0:
+                    return None
+                total += f
+                clean_contacts.append({"a": a, "b": b, "normal_force": f})
+        except TypeError:  # a value that is not a number
+            return None
+        if not (unit and math.isfinite(total) and 0.0 <= opening <= MAX_GRIPPER_OPENING_M and force >= 0.0
+                and goal >= 0.0 and abs(lift - shape.lift0 - (clean_poses[0]["pos"][2] - shape.target_z0))
+                <= LIFT_TOLERANCE_M):
+            return None
+        return {"eef_pos": list(eef_pos), "eef_quat": list(eef_quat), "gripper_opening": opening,
+                "gripper_force": force, "object_poses": clean_poses, "contacts": clean_contacts,
+                "joint_torques": list(torques), "joint_pos": list(joints), "goal_distance": goal, "object_lift": lift}
 
     def _clean(self, signals: Any) -> dict:
         if not isinstance(signals, dict):
@@ -472,6 +529,7 @@ class EpisodeRecorder:
         pending, self._pending = self._pending, []
         episode_id, ident = self.identity.episode_id, self.identity
         for t, action, reward, sha, signals, at in pending:
+            self._compare(t, action, reward, sha, signals)  # here, where the caches are warm for it
             self.publisher.publish(make_event(
                 "Step", (episode_id, t), ident.producer, ident.run_id, event_time=at, episode_id=episode_id, t=t,
                 action=action, reward=reward, keyframe_sha256=sha, **signals))
@@ -490,6 +548,8 @@ class EpisodeRecorder:
         failure = None
         try:
             self.publish_pending()
+        except EpisodeConflict:
+            raise
         except Exception as exc:
             failure = exc
             lost = f"Step events not published: {type(exc).__name__}: {exc}"

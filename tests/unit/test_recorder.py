@@ -4,14 +4,16 @@ checked at step() with the field named, and an aborted episode that always ends.
 
 import copy
 import itertools
+import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from producers.exceptions import EpisodeConflict, SignalError
-from producers.recorder import EpisodeIdentity, EpisodeRecorder, simulator_versions, task_scenario
+from producers.recorder import SIGNAL_FIELDS, EpisodeIdentity, EpisodeRecorder, simulator_versions, task_scenario
 from schemas.codec import Codec
 
 SIGNALS = {"eef_pos": [0.1, 0.2, 0.3], "eef_quat": [0.0, 0.0, 0.0, 1.0], "gripper_opening": 0.08,
@@ -176,7 +178,8 @@ def test_a_conflict_found_late_publishes_nothing_more_of_the_copy():
     with pytest.raises(EpisodeConflict, match="step 5 differs"), recorder:
         _step(recorder, 5, action=(0.0,) * 6 + (-1.0,))  # the same so far: re-sent as it was
         _step(recorder, 1, action=(0.0,) * 6 + (1.0,))
-    assert second.timeless() == first.timeless()[:5] and "EpisodeEnded" not in second.types()
+    # the start and steps 0-4, identical, went out again (a re-delivery); step 5 and the end did not
+    assert second.timeless() == first.timeless()[:6] and "EpisodeEnded" not in second.types()
     with pytest.raises(EpisodeConflict, match="refused"):
         recorder.step([0.0] * 7, SIGNALS, 0.0)
 
@@ -250,22 +253,37 @@ BAD = [
     (_with(contacts=[{"a": "cube", "b": "table", "normal_force": math.inf}]),
      r"'contacts'\]\[0\]\['normal_force'\] \(N\) must be finite"),
     (_with(contacts=[{"a": "gripper", "b": "table"}]), r"'contacts'\]\[0\] must be a dict with a, b, normal_force"),
-    ({**SIGNALS, "object_lift": 0.05}, None),  # fine alone: the first step sets the reference
+    (_with(contacts=[{"a": ["gripper"], "b": "table", "normal_force": 1.0}]), r"'contacts'\]\[0\] must join"),
+    (_with(contacts=[{"a": "cube", "b": "cube", "normal_force": 1.0}]), r"'contacts'\]\[0\] must join two different"),
+    (_with(eef_pos=[0.1, None, 0.3]), r"'eef_pos'\]\[1\] must be a number"),
+    (_with(gripper_opening=True), r"'gripper_opening'\] \(m\) must be a number"),
+    (_with(object_poses=[{"name": "cube", "pos": [0.0, 0.0, 0.82], "quat": [0.0, 0.0, 0.0, 2.0]}]),
+     r"'object_poses'\]\[0\]\['quat'\] must be a unit quaternion"),
 ]
 
 
 @pytest.mark.parametrize("signals,message", BAD)
-def test_a_malformed_signal_is_refused_at_step_naming_the_field(signals, message):
+@pytest.mark.parametrize("at", [0, 1])  # the first step sets what the next ones are checked against
+def test_a_malformed_signal_is_refused_at_step_naming_the_field(signals, message, at):
     recorder, sink = _recorder()
     recorder.start()
-    if message is None:
-        recorder.step([0.0] * 7, signals, 0.0)
-        return
+    _step(recorder, at)
     with pytest.raises(SignalError, match=message) as refused:
         recorder.step([0.0] * 7, signals, 0.0)
-    assert "step 0" in str(refused.value) and recorder.identity.episode_id in str(refused.value)
+    assert f"step {at}:" in str(refused.value) and recorder.identity.episode_id in str(refused.value)
     recorder.step([0.0] * 7, SIGNALS, 0.0)  # nothing of the refused step was kept
-    assert recorder.end(False, "timeout")["steps"] == 1
+    assert recorder.end(False, "timeout")["steps"] == at + 1
+
+
+def test_the_fast_check_gives_what_the_full_check_gives_on_robosuite_signals():
+    trace = json.loads((Path(__file__).parent / "streams" / "data" / "lift_regrasp.json").read_text())
+    signals = [{k: v for k, v in row.items() if k in SIGNAL_FIELDS} for row in trace["steps"]]
+    recorder, _ = _recorder()
+    recorder.start()
+    recorder.step([0.0] * 7, signals[0], 0.0)
+    assert len(signals) > 100
+    for s in signals[1:]:
+        assert recorder._fast(s, recorder._shape) == recorder._clean(s) == s
 
 
 @pytest.mark.parametrize("second,message", [
