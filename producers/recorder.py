@@ -25,13 +25,15 @@ former are different episodes only if ``variant`` tells them apart. Set it for p
 empty otherwise (ids recorded without it stay what they were). ``simulator`` names the simulator
 and physics engine versions ("robosuite 1.5.2, mujoco 3.9.0"; ``simulator_versions``); it goes
 into EpisodeStarted, not into the id. Within one process the recorder refuses a second, different
-episode under an id it has recorded (the per-step content, times aside, differs from the first
-copy): ``EpisodeConflict`` names the id and says to set ``variant``, and nothing more of the
-conflicting copy is published (not even its EpisodeEnded). A deterministic re-run of the same
-episode (same content) is a re-delivery and is published again, identically. The last
-``REMEMBERED_STEPS`` steps' worth of episodes are remembered; older ids are not checked, and other
-processes never are (downstream, the evidence sink dead-letters a different content under a known
-event id).
+episode under an id it has recorded: its EpisodeStarted, a step's content (times aside; compared
+by hash when the step's batch leaves) or its EpisodeEnded differs from the first copy's, or it
+runs longer or shorter. ``EpisodeConflict`` (from ``start``, ``step`` or ``end``) names the id and
+says to set ``variant``; from then on nothing more of the conflicting copy is published, not even
+an EpisodeEnded (what went out before was identical to the first copy: a re-delivery). A
+deterministic re-run of the same episode (same content) is a re-delivery and is published again,
+identically. The last ``REMEMBERED_STEPS`` steps' worth of episodes are remembered; older ids are
+not checked, and other processes never are (downstream, the evidence sink dead-letters a
+different content under a known event id).
 
 Signals. ``signals`` is a dict with the Step schema's signal fields (``SIGNAL_FIELDS``; other keys
 are ignored). ``step()`` checks them at once and raises ``SignalError`` naming the field: lists of
