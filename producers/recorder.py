@@ -336,7 +336,7 @@ class EpisodeRecorder:
         env = started["envelope"]
         content = _content_hash({**started, "envelope": {k: v for k, v in env.items() if k != "event_time"}})
         self._known = _remember(ident.episode_id, content)
-        self._rerun = self._known.start != content or len(self._known.steps) > 0 or self._known.end is not None
+        self._rerun = len(self._known.steps) > 0 or self._known.end is not None  # compare, do not extend
         if self._known.start != content:
             raise self._conflict("its EpisodeStarted differs")
         self.publisher.publish(started)
@@ -350,6 +350,8 @@ class EpisodeRecorder:
             raise EpisodeConflict(f"episode {self.identity.episode_id} was refused: {self._refused}")
         if self._ended is not None:
             raise RuntimeError(f"episode {self.identity.episode_id} already ended")
+        if self._known is None:
+            raise RuntimeError(f"episode {self.identity.episode_id}: step() before start()")
         t = len(self._actions)
         try:
             action = _numbers(action, "action", min_length=1)
@@ -357,8 +359,6 @@ class EpisodeRecorder:
         except SignalError as exc:
             raise SignalError(f"episode {self.identity.episode_id} step {t}: {exc}") from None
         clean = self._check(t, signals)
-        if self._known is None:
-            raise RuntimeError(f"episode {self.identity.episode_id}: step() before start()")
         sha = self.keyframes.put(keyframe) if keyframe is not None and self.keyframes else None
         self._signals.append(clean)
         self._actions.append(action)
