@@ -167,7 +167,8 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.A
     def full(name: str) -> str:
         return BY_NAME[name].full_name(prefix)
 
-    outputs = {name: _raw_topic(app, full(name)) for name in ("failures.moments", "failures.clusters", "deadletter")}
+    outputs = {name: _raw_topic(app, full(name))
+               for name in ("failures.moments", "failures.episodes", "failures.clusters", "deadletter")}
     if config.run_detector:
         stage = DetectorStage(config.detector, config.router, prefix, config.run_id, codec=codec)
         register_detector(app, _raw_topic(app, full("rollout.steps"), full("rollout.episodes")), outputs, stage,

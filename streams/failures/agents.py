@@ -1,16 +1,18 @@
 """Thin faust agents over the failure stages: batch, call the pure stage, publish what it returns.
 
-- ``failure-detector``: rollout.steps + rollout.episodes -> failures.moments (+ deadletter).
-  Per-episode detectors live in the stage, in agent memory; no faust Table per step.
+- ``failure-detector``: rollout.steps + rollout.episodes -> failures.moments, failures.episodes
+  (one EpisodeAnalysed per ended episode) (+ deadletter). Per-episode detectors live in the
+  stage, in agent memory; no faust Table per step.
 - ``failure-clusterer``: failures.moments + rollout.episodes -> failures.clusters (+ deadletter).
 
 Acknowledgement (faust commits, per partition, the offsets below the first unacknowledged one;
 it flushes the producer before every commit):
 - The detector takes batches with ``stream.noack_take`` and acknowledges an event only once the
   stage says so (``DetectorStage.releasable``: its episode and every earlier one in the partition
-  decided, their moments already handed to the producer). Open episodes are therefore re-read from
-  their start after a crash or a rebalance; see streams/failures/router.py. One lock orders the
-  agent and its timer, so no event is acknowledged before the moments it led to were sent.
+  decided, their moments and EpisodeAnalysed already handed to the producer). Open episodes are
+  therefore re-read from their start after a crash or a rebalance; see streams/failures/router.py.
+  One lock orders the agent and its timer, so no event is acknowledged before the moments and the
+  EpisodeAnalysed it led to were sent.
   After a rebalance faust seeks back to the committed offsets: the stage forgets its open episodes
   and events of the previous generation are dropped unacknowledged (they come again).
 - The clusterer takes ``stream.take_events``: a batch is acknowledged after it is processed.

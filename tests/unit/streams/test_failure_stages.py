@@ -15,13 +15,13 @@ from producers.synthetic import episodes as synthetic_episodes
 from producers.synthetic import interleaved
 from producers.synthetic import scenario as synthetic_scenario
 from schemas.codec import Codec
-from schemas.events import make_event
+from schemas.events import make_event, stable_id
 from streams.deadletter import RawMessage
 from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
 from streams.failures.collector import ClusterStage, CollectorConfig
-from streams.failures.detector import DetectorConfig, EpisodeDetector
+from streams.failures.detector import DETECTOR_VERSION, DetectorConfig, EpisodeDetector
 from streams.failures.embedding import EmbeddingConfig, feature_names
-from streams.failures.router import DetectorStage, RouterConfig
+from streams.failures.router import DetectorStage, RouterConfig, empty_scenario
 from streams.failures.summaries import FeatureDescriber, LlmSummarizer
 
 PREFIX = "t."
@@ -69,6 +69,15 @@ def decoded(outgoing) -> list[tuple[str, bytes, dict]]:
     return [(o.topic, o.key, CODEC.decode(o.value)) for o in outgoing]
 
 
+def on(topic: str, outgoing) -> list[dict]:
+    """The decoded events of ``outgoing`` sent to ``topic``."""
+    return [e for t, _, e in decoded(outgoing) if t == topic]
+
+
+def moment_types(outgoing) -> list[str]:
+    return [e["failure_type"] for e in on("failures.moments", outgoing)]
+
+
 def slip_scene(episode_id="ep-1") -> Scene:
     return Scene(episode_id=episode_id).approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5).hold(3)
 
@@ -85,7 +94,9 @@ def test_moments_are_published_keyed_by_episode_as_soon_as_their_step_arrives():
     out += stage.process([wire.event(ended(scene, success=False))])
     slip_step = next(i for i, o in enumerate(per_step) if o)
     assert [(t, k, e["failure_type"]) for t, k, e in per_step[slip_step]] == [("failures.moments", b"ep-1", "slip")]
-    assert [e["failure_type"] for _, _, e in decoded(out)] == ["timeout"]
+    assert [(t, k, e["envelope"]["event_type"]) for t, k, e in decoded(out)] == [
+        ("failures.moments", b"ep-1", "FailureMoment"), ("failures.episodes", b"ep-1", "EpisodeAnalysed")]
+    assert moment_types(out) == ["timeout"]
     assert stage.episodes == {} and stage.stats["finished"] == 1
 
 
@@ -142,8 +153,14 @@ def test_an_end_whose_last_steps_never_come_is_finished_after_the_grace_period()
     clock.now += 9.0
     assert stage.tick() == []
     clock.now += 2.0
-    assert [e["failure_type"] for _, _, e in decoded(stage.tick())] == ["timeout"]
+    out = stage.tick()
+    assert moment_types(out) == ["timeout"]
     assert stage.stats["ended_with_missing_steps"] == 1
+    (analysed,) = on("failures.episodes", out)
+    assert analysed["analysed"] is True
+    assert analysed["reason"] == (f"steps missing: {len(scene.steps) - 5} of {len(scene.steps)} arrived "
+                                  f"(last t={len(scene.steps) - 6}) within the end grace of 10 s")
+    assert [m["failure_type"] for m in analysed["moments"]] == ["slip", "drop", "timeout"]
 
 
 def test_a_tail_of_an_episode_decided_before_is_ignored_and_redelivery_adds_nothing():
@@ -157,7 +174,7 @@ def test_a_tail_of_an_episode_decided_before_is_ignored_and_redelivery_adds_noth
     msgs = [wire.event(started(full))] + [wire.event(s) for s in full.steps] + \
         [wire.event(ended(full, success=False))]
     first = stage.process(msgs)
-    assert len(first) == 3
+    assert moment_types(first) == ["slip", "drop", "timeout"] and len(on("failures.episodes", first)) == 1
     after = stage.stats["after_finish"]
     assert stage.process(msgs) == []  # at-least-once re-delivery of the whole episode
     assert stage.stats["after_finish"] == after + len(msgs)
@@ -233,8 +250,10 @@ def test_an_end_whose_steps_were_all_committed_before_is_ignored_after_the_grace
     empty = Scene(episode_id="ep-0")  # an episode of zero steps is analysed at its end, as the detector does
     out = stage.process([wire.event(started(empty)), wire.event(ended(empty, success=False, steps=0))])
     alone = EpisodeDetector(DetectorConfig(), "ep-0", "scn-1", "model-1").on_end(ended(empty, False, steps=0))
-    assert [e["envelope"]["event_id"] for _, _, e in decoded(out)] == [m["envelope"]["event_id"] for m in alone]
-    assert stage.stats["finished"] == 1 and stage.episodes == {} and len(out) == 1
+    assert [e["envelope"]["event_id"] for e in on("failures.moments", out)] == \
+        [m["envelope"]["event_id"] for m in alone]
+    assert stage.stats["finished"] == 1 and stage.episodes == {} and len(out) == 2
+    assert [e["episode_id"] for e in on("failures.episodes", out)] == ["ep-0"]  # not ep-1: decided before
 
 
 def test_an_early_end_waits_while_its_partition_has_a_backlog():
@@ -248,7 +267,7 @@ def test_an_early_end_waits_while_its_partition_has_a_backlog():
         clock.now += 30.0
         assert stage.tick(backlogged={STEPS_TP}) == []
     out = stage.process([wire.event(s) for s in scene.steps[5:]])
-    assert [e["failure_type"] for _, _, e in decoded(out)] == ["slip", "drop", "timeout"]
+    assert moment_types(out) == ["slip", "drop", "timeout"]
 
 
 def test_the_episode_holding_back_the_most_messages_is_dropped_beyond_the_bound():
@@ -266,12 +285,12 @@ def test_forgetting_after_a_rebalance_keeps_decided_episodes_decided():
     wire, stage = Wire(), detector_stage()
     a, b = slip_scene("ep-a"), slip_scene("ep-b")
     first = [wire.event(started(a))] + [wire.event(s) for s in a.steps] + [wire.event(ended(a, success=False))]
-    assert len(stage.process(first + [wire.event(started(b)), wire.event(b.steps[0])])) == 3
+    assert len(stage.process(first + [wire.event(started(b)), wire.event(b.steps[0])])) == 4  # 3 moments, 1 analysed
     stage.forget()
     assert stage.episodes == {} and stage.releasable() == {} and stage.stats["forgotten"] == 1
     assert stage.process(first) == []  # faust seeks back: a comes again, b from its start
     again = [wire.event(started(b))] + [wire.event(s) for s in b.steps] + [wire.event(ended(b, success=False))]
-    assert [e["failure_type"] for _, _, e in decoded(stage.process(again))] == ["slip", "drop", "timeout"]
+    assert moment_types(stage.process(again)) == ["slip", "drop", "timeout"]
 
 
 def _traffic(seed: int) -> list[dict]:
@@ -310,7 +329,7 @@ def test_a_crash_at_any_commit_then_a_restart_emits_every_moment_the_detector_fi
     messages = {tp: [RawMessage(tp[0], tp[1], offset, e["episode_id"].encode(), CODEC.encode(e))
                      for offset, (_, e) in enumerate(sorted(queue, key=lambda x: x[0]))]
                 for tp, queue in appended.items()}
-    expected = {}
+    expected, analysed = {}, {}
     for episode_id in dict.fromkeys(e["episode_id"] for e in events):
         start, *steps, end = [CODEC.decode(CODEC.encode(e)) for e in events if e["episode_id"] == episode_id]
         detector = EpisodeDetector(DetectorConfig(), episode_id, start["scenario_id"], start["model_id"])
@@ -318,15 +337,22 @@ def test_a_crash_at_any_commit_then_a_restart_emits_every_moment_the_detector_fi
             detector.on_step(step)
         detector.on_end(end)
         expected.update((m["envelope"]["event_id"], CODEC.encode(m)) for m in detector.moments)
+        alone = detector_stage().process([Wire().event(e) for e in (start, *steps, end)])
+        (analysed[episode_id],) = [o.value for o in alone if o.topic == "failures.episodes"]
 
     clock, out = Clock(), []
     first = detector_stage(clock)
     pending = {tp: list(queue) for tp, queue in messages.items()}
     committed, survived = {tp: 0 for tp in messages}, 0
+    ends = {tp: {m.offset: m.key.decode() for m in queue if CODEC.decode(m.value)["envelope"]["event_type"]
+                 == "EpisodeEnded"} for tp, queue in messages.items()}
     for _ in range(rng.randint(1, 25)):  # the commits faust makes, then the crash
         _deliver(rng, pending, first, clock, out, stop_after=rng.randint(1, 4))
         committed.update(first.releasable())
         survived = len(out)
+        # nothing is acknowledged before its effect was handed over: a committed end's analysis is out
+        told = {o.key.decode() for o in out if o.topic == "failures.episodes"}
+        assert {ends[tp][o] for tp in ends for o in ends[tp] if o < committed[tp]} <= told
     out = out[:rng.randint(survived, len(out))]
 
     second = detector_stage(clock)
@@ -337,9 +363,100 @@ def test_a_crash_at_any_commit_then_a_restart_emits_every_moment_the_detector_fi
     emitted = [(CODEC.decode(o.value)["envelope"]["event_id"], o.value) for o in out if o.topic == "failures.moments"]
     assert {event_id for event_id, _ in emitted} == set(expected)
     assert all(value == expected[event_id] for event_id, value in emitted)
+    told = [(o.key.decode(), o.value) for o in out if o.topic == "failures.episodes"]
+    assert {episode_id for episode_id, _ in told} == set(analysed)  # every ended episode, at least once
+    assert all(value == analysed[episode_id] for episode_id, value in told)  # byte for byte the same
     assert not {"joined_late", "not_analysed", "ended_with_missing_steps", "idle_dropped", "evicted"} & set(
         first.stats | second.stats)
     assert second.episodes == {}
+
+
+# -- EpisodeAnalysed --------------------------------------------------------------------------------
+
+def recovering_scene(episode_id="ep-1") -> Scene:
+    """Misses beside the cube, reopens, grasps it and lifts: a success after a recovery."""
+    scene = Scene(episode_id=episode_id)
+    scene.move_to([0.06, 0.0, 0.93], 20).move_to([0.06, 0.0, 0.83], 10).close_empty(12)
+    return scene.approach(30).close_on_cube(11).lift_by(0.15, 15).hold(10)
+
+
+def test_each_ended_episode_gets_one_episode_analysed_with_its_end_scenario_and_moments():
+    scene, spec = recovering_scene(), synthetic_scenario(3)
+    wire, stage = Wire(), detector_stage()
+    end = ended(scene, success=True)
+    out = stage.process([wire.event(started(scene, spec))] + [wire.event(s) for s in scene.steps]
+                        + [wire.event(end)])
+    moments = on("failures.moments", out)
+    assert [(t, k) for t, k, _ in decoded(out)][-1] == ("failures.episodes", b"ep-1")  # after the moments
+    (a,) = on("failures.episodes", out)
+    assert a["envelope"]["event_id"] == stable_id("EpisodeAnalysed", "ep-1")
+    assert a["envelope"]["event_time"] == end["envelope"]["event_time"]  # the input's time: re-emittable
+    assert a["envelope"]["run_id"] == end["envelope"]["run_id"] and a["envelope"]["producer"] == "failure-detector"
+    assert a["scenario"] == CODEC.decode(CODEC.encode(started(scene, spec)))["scenario"]
+    assert a["quality"] == end["quality"]
+    assert (a["episode_id"], a["scenario_id"], a["model_id"], a["success"], a["termination"], a["steps"]) == \
+        ("ep-1", "scn-1", "model-1", True, "success", scene.t)
+    assert (a["analysed"], a["reason"], a["detector_version"]) == (True, "", DETECTOR_VERSION)
+    assert [(m["moment_id"], m["failure_type"], m["step"], m["severity"], m["features"]) for m in a["moments"]] == \
+        [(m["envelope"]["event_id"], m["failure_type"], m["step"], m["severity"], m["features"]) for m in moments]
+    (miss,) = a["moments"]
+    assert miss["failure_type"] == "grasp_miss" and miss["recovery"] == "regrasped"
+    assert miss["step"] < miss["recovered_step"] < scene.t
+    again = detector_stage().process([Wire().event(e) for e in [started(scene, spec), *scene.steps, end]])
+    assert [o.value for o in again if o.topic == "failures.episodes"] == \
+        [o.value for o in out if o.topic == "failures.episodes"]  # a re-read re-emits it byte for byte
+
+
+def test_an_episode_whose_start_never_came_is_analysed_with_an_empty_scenario():
+    scene = slip_scene()
+    wire, stage = Wire(), detector_stage()
+    out = stage.process([wire.event(s) for s in scene.steps] + [wire.event(ended(scene, success=False))])
+    (a,) = on("failures.episodes", out)
+    assert a["analysed"] is True and [m["failure_type"] for m in a["moments"]] == ["slip", "drop", "timeout"]
+    assert a["scenario"] == empty_scenario()
+    assert (a["scenario"]["scenario_id"], a["scenario"]["env_name"], a["scenario"]["horizon"]) == ("", "", 0)
+    assert a["scenario_id"] == "scn-1"  # the end says which scenario it was
+
+
+def test_an_episode_with_too_many_steps_before_its_start_is_told_not_analysed():
+    scene = slip_scene()
+    wire, stage = Wire(), detector_stage(max_buffered_steps=10)
+    out = stage.process([wire.event(s) for s in scene.steps[:20]] + [wire.event(started(scene))]
+                        + [wire.event(s) for s in scene.steps[20:]] + [wire.event(ended(scene, success=False))])
+    assert on("failures.moments", out) == []
+    (a,) = on("failures.episodes", out)
+    assert (a["analysed"], a["reason"], a["moments"]) == (False, "more than 10 steps before EpisodeStarted", [])
+    assert a["termination"] == "timeout" and a["scenario"]["scenario_id"] == started(scene)["scenario"]["scenario_id"]
+
+
+def test_an_ended_episode_dropped_by_a_memory_bound_is_analysed_with_what_it_had():
+    wire, stage = Wire(), detector_stage(max_open_episodes=1)
+    a, b = slip_scene("ep-a"), slip_scene("ep-b")
+    stage.process([wire.event(started(a))] + [wire.event(s) for s in a.steps[:-3]]
+                  + [wire.event(ended(a, success=False))])  # its last 3 steps are late
+    assert stage.releasable()[EPISODES_TP] == 0
+    out = stage.process([wire.event(started(b))])  # a second open episode: a is dropped
+    (told,) = on("failures.episodes", out)
+    assert told["episode_id"] == "ep-a" and told["analysed"] is True
+    assert told["reason"].startswith(f"steps missing: {len(a.steps) - 3} of {len(a.steps)} arrived")
+    assert told["reason"].endswith("when it was dropped: more than 1 open episodes")
+    assert moment_types(out) == ["timeout"] and stage.stats["evicted"] == 1
+    assert stage.releasable()[EPISODES_TP] == 2  # a's messages go in the call that published its analysis
+
+
+def test_an_end_that_waits_is_acknowledged_only_with_the_call_that_publishes_its_analysis():
+    clock = Clock()
+    stage = detector_stage(clock, end_grace_s=10.0)
+    wire = Wire()
+    scene = slip_scene()
+    stage.process([wire.event(started(scene))] + [wire.event(s) for s in scene.steps[:-1]]
+                  + [wire.event(ended(scene, success=False))])
+    assert stage.releasable() == {EPISODES_TP: 0, STEPS_TP: 0}
+    clock.now += 5.0
+    assert stage.tick() == [] and stage.releasable() == {EPISODES_TP: 0, STEPS_TP: 0}
+    out = stage.process([wire.event(scene.steps[-1])])
+    assert len(on("failures.episodes", out)) == 1
+    assert stage.releasable() == {EPISODES_TP: 2, STEPS_TP: len(scene.steps)}
 
 
 # -- cluster stage -------------------------------------------------------------------------------
