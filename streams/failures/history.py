@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from schemas.exceptions import SchemaError
 from streams.deadletter import Outgoing, RawMessage
@@ -40,14 +40,16 @@ def read_partition(consumer_factory: ConsumerFactory, topic: str, partition: int
     ClustererError when the broker refuses or the end is not reached within ``timeout_s``."""
     consumer = consumer_factory(dict(READ_SETTINGS))
     try:
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        # offset 0 (out of range: auto.offset.reset=earliest) answers ~0.5 s sooner than
+        # OFFSET_BEGINNING, which waits for a ListOffsets round trip first
+        consumer.assign([TopicPartition(topic, partition, 0)])
         deadline = time.monotonic() + timeout_s
         read = 0
         while True:
             if time.monotonic() > deadline:
                 raise ClustererError(f"reading {topic}[{partition}] for the clusterer's restore: not at its end "
                                      f"after {timeout_s:.0f} s ({read} messages read)")
-            for msg in consumer.consume(1000, timeout=0.5):
+            for msg in consumer.consume(1000, timeout=0.1):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
