@@ -106,7 +106,7 @@ class StreamsConfig:
     web_enabled: bool = False  # faust's HTTP stats server (port 6066 per worker)
     batch_max: int = 1000  # events per agent batch
     batch_within_s: float = 0.2  # wait at most this long to fill a batch, s
-    tick_interval_s: float = 1.0  # time-based work (overdue ends, settled episodes), s
+    tick_interval_s: float = 1.0  # time-based work (overdue ends, the clusterer's restore and idle work), s
     stats_interval_s: float = 30.0  # stage counters are logged this often when they changed, s
     run_detector: bool = True
     run_clusterer: bool = True  # in exactly one worker

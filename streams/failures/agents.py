@@ -27,7 +27,15 @@ it flushes the producer before every commit):
   A restore first flushes the producer, so the log it reads holds everything this worker sent.
 Outputs are Confluent-framed bytes (schemas.codec), sent through faust topics with raw serializers,
 keyed by the catalog key (episode_id, cluster_id, source topic for dead letters). A timer calls the
-stages' ``tick`` for work that waits on time (overdue ends, settled episodes).
+stages' ``tick`` for work that waits on time (overdue ends; the clusterer's restore when it got the
+partition without new input, its optional idle re-clustering).
+
+Fencing: partition ownership is the singleton; a worker acts only for the consumer generation it
+restored in. A former owner frozen past its session timeout (SIGSTOP, a stalled host) could still
+send once it wakes, before it learns of the rebalance; its events then take positions the new owner
+also uses. Event ids are (event type, namespace, position): one of the same type at a used position
+is a second content under a known id, which the evidence sink refuses; a restore keeps the first
+event at each position whatever its type (ClusterLog).
 """
 
 from __future__ import annotations

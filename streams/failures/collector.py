@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -94,16 +94,29 @@ def _difference(derived: dict, logged: dict) -> str:
     return "no difference"
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """One event of the output log: its bytes and what a restore decides on without decoding it again."""
+
+    position: int
+    event_type: str
+    event_id: str
+    intake_of: str | None  # the episode a ClusterAssigned(intake=true) takes in
+    llm: bool  # a language model's summary
+    value: bytes
+
+
 class ClusterLog:
     """failures.clusters as read from the beginning: the clusterer's events by position.
 
     A re-sent event (same position, same content) counts once. A different event at a position
     already held (only a fenced-off former owner could write one) is a conflict: the first in
-    offset order stands, the other is counted and logged. Undecodable messages are counted."""
+    offset order stands, the other is counted and logged. Undecodable messages are counted. Holds
+    bytes, not decoded events, so a long history restores in bounded memory."""
 
     def __init__(self, codec: Codec):
         self.codec = codec
-        self.events: dict[int, dict] = {}
+        self.events: dict[int, Recorded] = {}
         self.stats: Counter = Counter()
 
     def add(self, raw: RawMessage) -> None:
@@ -115,26 +128,29 @@ class ClusterLog:
             log.warning("%s[%s]@%s is not a cluster event, passed over: %s", raw.topic, raw.partition, raw.offset,
                         exc)
             return
-        if event["envelope"]["event_type"] not in ("ClusterAssigned", "ClusterUpdated"):
+        event_type = event["envelope"]["event_type"]
+        if event_type not in ("ClusterAssigned", "ClusterUpdated"):
             self.stats["foreign"] += 1
             return
         position = event["position"]
         held = self.events.get(position)
         if held is None:
-            self.events[position] = event
-        elif _content(held) == _content(event):
+            intake = event["episode_id"] if event_type == "ClusterAssigned" and event["intake"] else None
+            self.events[position] = Recorded(position, event_type, event["envelope"]["event_id"], intake,
+                                             event_type == "ClusterUpdated" and event["summary_source"] == "llm",
+                                             raw.value)
+        elif held.value == raw.value or _content(self.codec.decode(held.value)) == _content(event):
             self.stats["duplicates"] += 1
         else:
             self.stats["conflicts"] += 1
             log.error("%s[%s]@%s: a second, different event at position %d (%s, kept: %s): %s", raw.topic,
-                      raw.partition, raw.offset, position, event["envelope"]["event_id"],
-                      held["envelope"]["event_id"], _difference(event, held))
+                      raw.partition, raw.offset, position, event["envelope"]["event_id"], held.event_id,
+                      _difference(event, self.codec.decode(held.value)))
 
     def intake_episodes(self) -> set[str]:
-        return {e["episode_id"] for e in self.events.values()
-                if e["envelope"]["event_type"] == "ClusterAssigned" and e["intake"]}
+        return {r.intake_of for r in self.events.values() if r.intake_of is not None}
 
-    def ordered(self) -> list[dict]:
+    def ordered(self) -> list[Recorded]:
         """The events at positions 0..n-1; raises ClustererError at the first missing position."""
         n = len(self.events)
         if n and max(self.events) != n - 1:
@@ -235,23 +251,26 @@ class ClusterStage:
 
     def restore(self, history: ClusterLog, analysed: Mapping[str, dict]) -> list[Outgoing]:
         """Re-executes ``history`` on a blank clusterer (see the module docstring) and makes it this
-        stage's clusterer; ``analysed`` maps each intake's episode id to its EpisodeAnalysed.
+        stage's clusterer; ``analysed.get(episode_id)`` gives each intake's EpisodeAnalysed.
         Returns the re-derived events beyond the log's end, to publish."""
         clusterer = self.clusterer.blank()
         logged = history.ordered()
-        derived: list[dict] = []
-        for p, recorded in enumerate(logged):
-            if p == len(derived):
-                derived += self._re_execute(clusterer, p, recorded, analysed)
-            mine = self.codec.decode(self.codec.encode(derived[p])) if derived[p] is not recorded else recorded
-            if _content(mine) != _content(recorded):
+        pending: deque[dict | None] = deque()  # derived, not compared yet; None: a recorded summary
+        for recorded in logged:
+            if not pending:
+                pending.extend(self._re_execute(clusterer, recorded, analysed))
+            mine = pending.popleft()
+            if mine is None or self.codec.encode(mine) == recorded.value:
+                continue
+            theirs, mine = self.codec.decode(recorded.value), self.codec.decode(self.codec.encode(mine))
+            if _content(mine) != _content(theirs):  # bytes differ, content too (not only the time)
                 raise ClustererError(
-                    f"restore: position {p} of {self.output_topic} ({recorded['envelope']['event_type']} "
-                    f"{recorded['envelope']['event_id']}) differs from what re-executing the log derives: "
-                    f"{_difference(mine, recorded)}. The log was written by another clusterer version or "
-                    f"configuration ({recorded.get('clusterer_version')}); a changed clusterer needs its own "
+                    f"restore: position {recorded.position} of {self.output_topic} ({recorded.event_type} "
+                    f"{recorded.event_id}) differs from what re-executing the log derives: "
+                    f"{_difference(mine, theirs)}. The log was written by another clusterer version or "
+                    f"configuration ({theirs.get('clusterer_version')}); a changed clusterer needs its own "
                     "ClustererConfig.namespace and output topic")
-        tail = derived[len(logged):]
+        tail = list(pending)
         self.clusterer = clusterer
         self.summary_requests = []
         self._idle_due = False
@@ -263,12 +282,12 @@ class ClusterStage:
                 self.stats[f"log_{name}"] = n
         return [Outgoing(OUTPUT_TOPIC, e["cluster_id"].encode(), self.codec.encode(e)) for e in tail]
 
-    def _re_execute(self, clusterer: OnlineFailureClusterer, p: int, recorded: dict,
-                    analysed: Mapping[str, dict]) -> list[dict]:
-        """The events of the step that emitted ``recorded`` first (at position ``p``)."""
-        event_type = recorded["envelope"]["event_type"]
-        if event_type == "ClusterAssigned" and recorded["intake"]:
-            episode_id = recorded["episode_id"]
+    def _re_execute(self, clusterer: OnlineFailureClusterer, recorded: Recorded,
+                    analysed: Mapping[str, dict]) -> list[dict | None]:
+        """The events of the step that emitted ``recorded`` first."""
+        p = recorded.position
+        if recorded.intake_of is not None:
+            episode_id = recorded.intake_of
             event = analysed.get(episode_id)
             if event is None:
                 raise ClustererError(f"restore: position {p} takes in episode {episode_id}, whose EpisodeAnalysed "
@@ -277,15 +296,14 @@ class ClusterStage:
             if passed is not None or clusterer.knows(episode_id):
                 raise ClustererError(f"restore: position {p} takes in episode {episode_id}, which re-executing "
                                      f"passes over ({passed or 'already taken in'})")
-            events = self.take_in(clusterer, event)
-        elif event_type == "ClusterUpdated" and recorded["summary_source"] == "llm":
+            return self.take_in(clusterer, event)
+        if recorded.llm:
             clusterer.skip_position()
-            return [recorded]
-        else:
-            events = clusterer.recluster()
-            if not events:
-                raise ClustererError(f"restore: position {p} ({event_type} {recorded['envelope']['event_id']}) "
-                                     "belongs to a re-clustering that re-executing the log does not produce")
+            return [None]
+        events = clusterer.recluster()
+        if not events:
+            raise ClustererError(f"restore: position {p} ({recorded.event_type} {recorded.event_id}) belongs to "
+                                 "a re-clustering that re-executing the log does not produce")
         return events
 
     def forget(self) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -31,6 +31,32 @@ ConsumerFactory = Callable[[dict], object]  # extra confluent_kafka settings -> 
 
 READ_SETTINGS = {"enable.partition.eof": True, "enable.auto.commit": False, "auto.offset.reset": "earliest",
                  "fetch.wait.max.ms": 100}
+
+
+class Analysed(Mapping):
+    """episode id -> EpisodeAnalysed, held as bytes and decoded when asked (a restore asks once each)."""
+
+    def __init__(self, codec):
+        self.codec = codec
+        self.values: dict[str, bytes] = {}
+
+    def add(self, value: bytes, wanted: set[str]) -> None:
+        try:
+            event = self.codec.decode(value)
+        except SchemaError:
+            return  # dead-lettered when it was consumed
+        episode_id = event.get("episode_id")
+        if episode_id in wanted and episode_id not in self.values:  # the first copy is the one taken in
+            self.values[episode_id] = value
+
+    def __getitem__(self, episode_id: str) -> dict:
+        return self.codec.decode(self.values[episode_id])
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 def read_partition(consumer_factory: ConsumerFactory, topic: str, partition: int, timeout_s: float,
@@ -71,20 +97,13 @@ def restore_from_log(stage: ClusterStage, consumer_factory: ConsumerFactory, tim
     for raw in read_partition(consumer_factory, stage.output_topic, 0, timeout_s):
         history.add(raw)
     wanted = history.intake_episodes()
-    analysed: dict[str, dict] = {}
+    analysed = Analysed(stage.codec)
     if wanted:
         keys = {e.encode() for e in wanted}
         for raw in read_partition(consumer_factory, stage.input_topic, 0, timeout_s,
                                   done=lambda: len(analysed) == len(wanted)):
-            if raw.key is not None and raw.key not in keys:
-                continue
-            try:
-                event = stage.codec.decode(raw.value)
-            except SchemaError:
-                continue  # dead-lettered when it was consumed
-            episode_id = event.get("episode_id")
-            if episode_id in wanted and episode_id not in analysed:  # the first copy is the one taken in
-                analysed[episode_id] = event
+            if raw.key is None or raw.key in keys:
+                analysed.add(raw.value, wanted)
     out = stage.restore(history, analysed)
     log.info("failure-clusterer: restored from %s in %.1f s: %d events (%s), %d episodes taken in, %d events "
              "re-derived beyond its end", stage.output_topic, time.monotonic() - t0, len(history.events),
