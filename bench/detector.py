@@ -315,7 +315,8 @@ def run_batch_driver(args) -> None:
     stage = DetectorStage(DetectorConfig(), RouterConfig(), prefix, "bench-detector")
     probe = _StageProbe(stage, Path(status), noop=args.noop_stage)
     topics = [BY_NAME[name].full_name(prefix) for name in ("rollout.steps", "rollout.episodes")]
-    outputs = {name: BY_NAME[name].full_name(prefix) for name in ("failures.moments", "deadletter")}
+    outputs = {name: BY_NAME[name].full_name(prefix)
+               for name in ("failures.moments", "failures.episodes", "deadletter")}
 
     async def run() -> None:
         consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=args.app_id,

@@ -7,3 +7,11 @@ class ProducerError(Exception):
 
 class PublishError(ProducerError):
     """The broker did not acknowledge every published event; names the first failures."""
+
+
+class SignalError(ProducerError, ValueError):
+    """A step's signals break the recorder's contract (producers/recorder.py); names the field."""
+
+
+class EpisodeConflict(ProducerError):
+    """A different episode under an episode id already recorded in this process; set the identity's variant."""

@@ -26,7 +26,7 @@ class QualityConfig:
 
     control_hz: step rate; turns per-step differences into derivatives.
     idle_speed_mps: an end effector slower than this (m/s) is idle that step.
-    gripper_close_above / gripper_open_below: the gripper command (action[6]) counts as
+    gripper_close_above / gripper_open_below: the gripper command (action[-1]) counts as
         "close" once above the first and as "open" once below the second (hysteresis, so
         action noise around +-1 does not count as re-grasping).
     holding_force_n: gripper_force above this (N) means the gripper holds the object.
@@ -90,7 +90,7 @@ def regrasp_count(actions: Sequence[Sequence[float]], signals: Sequence[dict[str
     closes = 0
     regrasps = 0
     for action, sig in zip(actions, signals, strict=True):
-        g = float(action[6])
+        g = float(action[-1])
         if not closed and g > config.gripper_close_above:
             closed = True
             closes += 1

@@ -6,7 +6,9 @@ same episode re-publishes identical facts, which the evidence log counts once).
 
     identity = EpisodeIdentity(run_id="farm-7", benchmark="libero", task="libero_spatial/3",
                                scenario=task_scenario("libero", "libero_spatial/3", "pick up the bowl", 300),
-                               model_id="my-vla", model_version="2.1", seed=0)
+                               model_id="my-vla", model_version="2.1", seed=0,
+                               variant="temperature=0.7",            # only if it is not the only one
+                               simulator=simulator_versions("robosuite", "mujoco"))
     with EpisodeRecorder(publisher, identity, keyframes=KeyframeStore(path)) as rec:
         obs = env.reset()
         for t in range(horizon):
@@ -16,8 +18,46 @@ same episode re-publishes identical facts, which the evidence log counts once).
             if done: break
         rec.end(success=info["success"], termination="success" if info["success"] else "timeout")
 
-``signals`` is a dict with the Step schema's signal fields (eef_pos, eef_quat, gripper_opening,
-gripper_force, object_poses, contacts, joint_torques, joint_pos, goal_distance, object_lift).
+Identity. ``episode_id`` is a function of scenario, model, model version, seed and the request
+(or, without one, the run), plus ``variant`` when it is set: two episodes that share all of the
+former are different episodes only if ``variant`` tells them apart. Set it for policy variants
+(sampling temperature, a checkpoint tag, a prompt) or the same seed run twice on purpose; leave it
+empty otherwise (ids recorded without it stay what they were). ``simulator`` names the simulator
+and physics engine versions ("robosuite 1.5.2, mujoco 3.9.0"; ``simulator_versions``); it goes
+into EpisodeStarted, not into the id. Within one process the recorder refuses a second, different
+episode under an id it has recorded: its EpisodeStarted, a step's content (times aside; compared
+by hash when the step's batch leaves) or its EpisodeEnded differs from the first copy's, or it
+runs longer or shorter. ``EpisodeConflict`` (from ``start``, ``step`` or ``end``) names the id and
+says to set ``variant``; from then on nothing more of the conflicting copy is published, not even
+an EpisodeEnded (what went out before was identical to the first copy: a re-delivery). A
+deterministic re-run of the same episode (same content) is a re-delivery and is published again,
+identically. The last ``REMEMBERED_STEPS`` steps' worth of episodes are remembered; older ids are
+not checked, and other processes never are (downstream, the evidence sink dead-letters a
+different content under a known event id).
+
+Signals. ``signals`` is a dict with the Step schema's signal fields (``SIGNAL_FIELDS``; other keys
+are ignored). ``step()`` checks them at once and raises ``SignalError`` naming the field: lists of
+finite numbers (tuples and numpy arrays are taken), the lengths below, the object poses and
+contact groups. What the failure detector reads, and so what every producer must mean:
+
+- Frames and units: world frame, metres, newtons, radians; quaternions are (x, y, z, w), unit.
+- ``eef_pos`` [3], ``eef_quat`` [4]: the grip site (between the finger pads), not the wrist.
+- ``gripper_opening``: distance between the finger pads, m (a Panda opens ~0.08), >= 0.
+- ``gripper_force``: normal force between the finger pads and the *target* object, N, >= 0
+  (not the force on other objects, not the motor effort).
+- ``object_poses``: non-empty [{name, pos [3], quat [4]}]; the first is the target (the object
+  the task manipulates), then the other task objects and distractors; the same names in the
+  same order at every step of the episode.
+- ``contacts``: [{a, b, normal_force}], the normal force summed per pair of contact groups this
+  step, only pairs in contact. Groups by name: "gripper" (hand and fingers), "robot" (the arm's
+  other links), "table" (table, floor, fixed arena), and each object's name from
+  ``object_poses``; a != b.
+- ``joint_torques``, ``joint_pos`` [n]: the arm joints in chain order (N m, rad), n >= 1 and the
+  same n for both at every step.
+- ``goal_distance``: the task's distance still to go, m, >= 0, 0 when reached (Lift: height still
+  to gain), measured relative to the episode's start; ``object_lift``: the target's height above
+  its own height at the episode's start, m (it must follow the target's z in ``object_poses``).
+- ``action``: finite numbers; ``action[-1]`` is the gripper command, -1 opens, +1 closes.
 
 Step events leave in small batches: ``step`` stamps the step's time and keeps it, and every
 ``batch_steps`` steps, or once the oldest kept step is ``batch_ms`` old, the batch is built,
@@ -28,18 +68,28 @@ the CPU caches hold the simulator, not the encoder; built and encoded one at a t
 a step, an event costs ~4x what it costs in a batch, and the recorder's share of a robosuite step
 halves with batches (bench/rollout.py).
 The delay this adds is at most ``batch_ms`` (plus one fast step), about the producer's own linger.
+
+An episode left by an exception (``with`` block) or whose Step batch could not be sent always
+ends with an EpisodeEnded of termination "aborted" and the error text, unless it was refused as
+a conflict.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 import time
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
+from importlib import metadata
 from typing import Any
 
 import numpy as np
 
+from producers.exceptions import EpisodeConflict, SignalError
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
 from producers.quality import execution_quality
@@ -48,6 +98,14 @@ from schemas.events import make_event, stable_id
 TERMINATIONS = ("success", "timeout", "policy_error", "env_error", "aborted")
 SIGNAL_FIELDS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
                  "joint_torques", "joint_pos", "goal_distance", "object_lift")
+FIXED_GROUPS = ("gripper", "robot", "table")  # contact groups besides the objects' names
+QUAT_NORM_TOLERANCE = 0.01  # |norm - 1| a quaternion may be off by
+MAX_GRIPPER_OPENING_M = 0.5  # an opening above this is not in metres
+LIFT_TOLERANCE_M = 0.005  # object_lift may stray this far from the target's z change since step 0
+REMEMBERED_STEPS = 2_000_000  # per process; the oldest episodes beyond it are forgotten (8 bytes a step)
+_SIGNAL_SET = frozenset(SIGNAL_FIELDS)
+_POSE_KEYS = frozenset(("name", "pos", "quat"))
+_CONTACT_KEYS = frozenset(("a", "b", "normal_force"))
 
 
 def task_scenario(benchmark: str, task: str, instruction: str, horizon: int) -> dict:
@@ -64,6 +122,12 @@ def task_scenario(benchmark: str, task: str, instruction: str, horizon: int) -> 
             **defaults}
 
 
+def simulator_versions(*distributions: str) -> str:
+    """The installed versions of the distributions named, for EpisodeStarted.simulator:
+    ``simulator_versions("robosuite", "mujoco")`` -> "robosuite 1.5.2, mujoco 3.9.0"."""
+    return ", ".join(f"{name} {metadata.version(name)}" for name in distributions)
+
+
 @dataclass(frozen=True)
 class EpisodeIdentity:
     run_id: str
@@ -75,15 +139,139 @@ class EpisodeIdentity:
     seed: int
     request_id: str | None = None
     producer: str = "recorder"
+    variant: str = ""  # tells apart episodes that share all of the above (module docstring); part of the id
+    simulator: str = ""  # simulator and physics engine versions; recorded, not part of the id
+
+    def __post_init__(self) -> None:
+        for name in ("variant", "simulator"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"EpisodeIdentity.{name} must be a string, got {getattr(self, name)!r}")
 
     @cached_property  # read for every Step event
     def episode_id(self) -> str:
         # No wall clock and no run id unless there is no request: the same request re-run
         # (a redelivered rollout request) yields the same episode and the same events.
         origin = self.request_id or self.run_id
-        return "ep-" + stable_id(self.scenario["scenario_id"], self.model_id, self.model_version, self.seed,
-                                 origin)[:24]
+        parts = (self.scenario["scenario_id"], self.model_id, self.model_version, self.seed, origin)
+        return "ep-" + stable_id(*parts, *((self.variant,) if self.variant else ()))[:24]
 
+
+# -- what this process has recorded, per episode id (the conflict check) ------------------------
+
+class _Known:
+    """The content recorded under one episode id: its start, per-step hashes, its end."""
+
+    __slots__ = ("start", "steps", "end")
+
+    def __init__(self, start: int):
+        self.start = start
+        self.steps = array("q")
+        self.end: int | None = None
+
+
+_known: OrderedDict[str, _Known] = OrderedDict()
+_known_steps = [0]
+_known_lock = threading.Lock()
+
+
+def _content_hash(value) -> int:
+    """A hash of nested dicts/lists of plain values, for comparing contents in this process."""
+    if isinstance(value, dict):
+        return hash(tuple((k, _content_hash(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return hash(tuple(_content_hash(v) for v in value))
+    return hash(value)
+
+
+def _step_hash(t: int, action: list, reward: float, sha: str | None, s: dict) -> int:
+    """A hash of a Step's content (its time aside), spelled out: it runs at every step."""
+    return hash((t, tuple(action), reward, sha, tuple(s["eef_pos"]), tuple(s["eef_quat"]), s["gripper_opening"],
+                 s["gripper_force"], tuple((p["name"], tuple(p["pos"]), tuple(p["quat"])) for p in s["object_poses"]),
+                 tuple((c["a"], c["b"], c["normal_force"]) for c in s["contacts"]), tuple(s["joint_torques"]),
+                 tuple(s["joint_pos"]), s["goal_distance"], s["object_lift"]))
+
+
+def _remember(episode_id: str, start: int) -> _Known:
+    """The record of ``episode_id``: the one known (a re-run; the caller compares), or a new one."""
+    with _known_lock:
+        known = _known.get(episode_id)
+        if known is not None:
+            _known.move_to_end(episode_id)
+            return known
+        known = _known[episode_id] = _Known(start)
+        while _known_steps[0] > REMEMBERED_STEPS and len(_known) > 1:
+            _, old = _known.popitem(last=False)
+            _known_steps[0] -= len(old.steps)
+        return known
+
+
+# -- signal checks ------------------------------------------------------------------------------
+
+def _numbers(value: Any, where: str, length: int | None = None, min_length: int = 0) -> list[float]:
+    """``value`` (a list, tuple or array of numbers) as a new list of finite floats, or
+    SignalError naming ``where``."""
+    if type(value) is list:
+        value = list(value)  # the caller may reuse its list
+    elif isinstance(value, tuple):
+        value = list(value)
+    elif value is None or isinstance(value, (str, bytes, dict)):
+        raise SignalError(f"{where} must be a list of numbers, got {_show(value)}")
+    else:
+        try:
+            value = np.asarray(value, dtype=float).ravel().tolist()
+        except (TypeError, ValueError):
+            raise SignalError(f"{where} must be a list of numbers, got {_show(value)}") from None
+    if length is not None and len(value) != length:
+        raise SignalError(f"{where} must hold {length} numbers, got {len(value)}: {_show(value)}")
+    if len(value) < min_length:
+        raise SignalError(f"{where} must hold at least {min_length} numbers, got {_show(value)}")
+    try:
+        finite = math.isfinite(sum(value))  # one C-level pass over the numbers
+    except TypeError:
+        finite = False
+    if not finite:  # say which element; numbers other than floats (ints, numpy scalars) are fine
+        for i, v in enumerate(value):
+            value[i] = _number(v, f"{where}[{i}]")
+    return value
+
+
+def _number(value: Any, where: str, low: float | None = None) -> float:
+    if type(value) is not float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise SignalError(f"{where} must be a number, got {_show(value)}")
+        value = float(value)
+    if not math.isfinite(value):
+        raise SignalError(f"{where} must be finite, got {value}")
+    if low is not None and value < low:
+        raise SignalError(f"{where} must be >= {low:g}, got {value}")
+    return value
+
+
+def _quat(value: Any, where: str) -> list[float]:
+    q = _numbers(value, where, 4)
+    norm = math.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
+    if abs(norm - 1.0) > QUAT_NORM_TOLERANCE:
+        raise SignalError(f"{where} must be a unit quaternion (x, y, z, w), got {q} (norm {norm:.4f})")
+    return q
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+@dataclass
+class _Shape:
+    """What the first step fixed for the rest of the episode."""
+
+    names: tuple[str, ...]  # object pose names, target first
+    groups: frozenset[str]  # valid contact group names
+    joints: int
+    target_z0: float
+    lift0: float
+
+
+# -- the recorder -------------------------------------------------------------------------------
 
 @dataclass
 class EpisodeRecorder:
@@ -100,6 +288,10 @@ class EpisodeRecorder:
     _successes: list[bool] = field(default_factory=list)
     _reward: float = 0.0
     _ended: dict | None = None
+    _shape: _Shape | None = None
+    _known: _Known | None = None  # this id's record in the process
+    _rerun: bool = False  # the id was recorded before: compare, do not extend what is known
+    _refused: str | None = None  # why this copy publishes nothing more (a conflict)
 
     def __post_init__(self) -> None:
         if self.batch_steps < 1 or self.batch_ms < 0:
@@ -111,42 +303,227 @@ class EpisodeRecorder:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._ended is None:
+        if self._ended is None and self._refused is None:
             error = f"{exc_type.__name__}: {exc}" if exc_type else "the episode was never ended"
-            self.end(success=False, termination="aborted", error=error)
+            try:
+                self.end(success=False, termination="aborted", error=error)
+            except Exception:
+                if exc_type is None:
+                    raise  # otherwise the exception that left the block is the one to see
 
     def _event(self, event_type: str, key: tuple, **fields) -> dict:
         ident = self.identity
         return make_event(event_type, key, ident.producer, ident.run_id, **fields)
 
+    def _conflict(self, what: str) -> EpisodeConflict:
+        self._pending = []
+        self._refused = what
+        return EpisodeConflict(
+            f"episode {self.identity.episode_id} was already recorded in this process with different content "
+            f"({what}): two different episodes share scenario {self.identity.scenario['scenario_id']}, model "
+            f"{self.identity.model_id} {self.identity.model_version}, seed {self.identity.seed} and request/run "
+            f"{self.identity.request_id or self.identity.run_id}. Set EpisodeIdentity.variant to tell them apart "
+            "(policy variants, a repeated seed); nothing more of this copy is published")
+
     def start(self) -> None:
         ident = self.identity
         self._last_step_at = time.monotonic()
-        self.publisher.publish(self._event(
+        started = self._event(
             "EpisodeStarted", (ident.episode_id,), episode_id=ident.episode_id, request_id=ident.request_id,
             benchmark=ident.benchmark, task=ident.task, scenario_id=ident.scenario["scenario_id"],
             scenario=ident.scenario, instruction=ident.scenario["instruction"], model_id=ident.model_id,
-            model_version=ident.model_version, seed=ident.seed))
+            model_version=ident.model_version, seed=ident.seed, variant=ident.variant, simulator=ident.simulator)
+        env = started["envelope"]
+        content = _content_hash({**started, "envelope": {k: v for k, v in env.items() if k != "event_time"}})
+        self._known = _remember(ident.episode_id, content)
+        self._rerun = len(self._known.steps) > 0 or self._known.end is not None  # compare, do not extend
+        if self._known.start != content:
+            raise self._conflict("its EpisodeStarted differs")
+        self.publisher.publish(started)
 
     def step(self, action: Any, signals: dict, reward: float, success: bool = False,
              keyframe: np.ndarray | None = None) -> None:
+        """Records one control step (the action taken and the signals after it). Raises
+        SignalError naming the first missing or malformed signal (nothing is recorded then), and
+        EpisodeConflict when this id was recorded before with a different step here."""
+        if self._refused is not None:
+            raise EpisodeConflict(f"episode {self.identity.episode_id} was refused: {self._refused}")
         if self._ended is not None:
             raise RuntimeError(f"episode {self.identity.episode_id} already ended")
+        if self._known is None:
+            raise RuntimeError(f"episode {self.identity.episode_id}: step() before start()")
         t = len(self._actions)
-        action = np.asarray(action, dtype=float).ravel().tolist()
+        try:
+            action = _numbers(action, "action", min_length=1)
+            reward = _number(reward, "reward")
+        except SignalError as exc:
+            raise SignalError(f"episode {self.identity.episode_id} step {t}: {exc}") from None
+        clean = self._check(t, signals)
         sha = self.keyframes.put(keyframe) if keyframe is not None and self.keyframes else None
-        self._signals.append(signals)
+        self._signals.append(clean)
         self._actions.append(action)
         self._successes.append(bool(success))
-        self._reward += float(reward)
+        self._reward += reward
         now = time.monotonic()
         if not self._pending:
             self._pending_since = now
-        self._pending.append((t, action, float(reward), sha, signals, datetime.now(UTC)))
+        self._pending.append((t, action, reward, sha, clean, datetime.now(UTC)))
         slow = (now - self._last_step_at) * 1000 >= self.batch_ms
         self._last_step_at = now
         if slow or len(self._pending) >= self.batch_steps or (now - self._pending_since) * 1000 >= self.batch_ms:
             self.publish_pending()
+
+    def _compare(self, t: int, action: list, reward: float, sha: str | None, clean: dict) -> None:
+        """Remembers the step's content (a first copy) or compares it with the copy before."""
+        known = self._known
+        content = _step_hash(t, action, reward, sha, clean)
+        if not self._rerun:
+            known.steps.append(content)
+            _known_steps[0] += 1
+        elif t >= len(known.steps):
+            raise self._conflict(f"step {t} is beyond the {len(known.steps)} steps recorded before")
+        elif known.steps[t] != content:
+            raise self._conflict(f"step {t} differs")
+
+    def _check(self, t: int, signals: Any) -> dict:
+        """The signals as a new dict of plain lists and floats, or SignalError naming the field."""
+        if self._shape is not None and type(signals) is dict:
+            clean = self._fast(signals, self._shape)
+            if clean is not None:
+                return clean
+        try:
+            return self._clean(signals)
+        except SignalError as exc:  # messages are built on failure only: this runs at every step
+            raise SignalError(f"episode {self.identity.episode_id} step {t}: signals{exc}") from None
+
+    def _fast(self, s: dict, shape: _Shape) -> dict | None:
+        """``_clean`` for the common case (lists of floats, as SimEnv gives them) in few, mostly
+        C-level operations; None when anything is unusual or wrong: ``_clean`` then takes it,
+        or names what is wrong. It accepts nothing ``_clean`` refuses."""
+        try:
+            eef_pos, eef_quat, torques, joints = s["eef_pos"], s["eef_quat"], s["joint_torques"], s["joint_pos"]
+            opening, force, goal, lift = s["gripper_opening"], s["gripper_force"], s["goal_distance"], s["object_lift"]
+            poses, contacts = s["object_poses"], s["contacts"]
+        except KeyError:
+            return None
+        n = shape.joints
+        if not (type(eef_pos) is list and len(eef_pos) == 3 and type(eef_quat) is list and len(eef_quat) == 4
+                and type(torques) is list and len(torques) == n and type(joints) is list and len(joints) == n
+                and type(opening) is float and type(force) is float and type(goal) is float and type(lift) is float
+                and type(poses) is list and len(poses) == len(shape.names) and type(contacts) is list):
+            return None
+        try:
+            total = sum(eef_pos) + sum(eef_quat) + sum(torques) + sum(joints) + opening + force + goal + lift
+            q0, q1, q2, q3 = eef_quat
+            unit = abs(math.sqrt(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3) - 1.0) <= QUAT_NORM_TOLERANCE
+            clean_poses = []
+            for p, name in zip(poses, shape.names, strict=True):
+                if type(p) is not dict:
+                    return None
+                pos, quat = p.get("pos"), p.get("quat")
+                if p.get("name") != name or type(pos) is not list or len(pos) != 3 or type(quat) is not list \
+                        or len(quat) != 4:
+                    return None
+                total += sum(pos) + sum(quat)
+                q0, q1, q2, q3 = quat
+                unit = unit and abs(math.sqrt(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3) - 1.0) <= QUAT_NORM_TOLERANCE
+                clean_poses.append({"name": name, "pos": list(pos), "quat": list(quat)})
+            groups = shape.groups
+            clean_contacts = []
+            for c in contacts:
+                if type(c) is not dict:
+                    return None
+                a, b, f = c.get("a"), c.get("b"), c.get("normal_force")
+                if type(a) is not str or type(b) is not str or a == b or a not in groups or b not in groups \
+                        or type(f) is not float or not f >= 0.0:
+                    return None
+                total += f
+                clean_contacts.append({"a": a, "b": b, "normal_force": f})
+        except TypeError:  # a value that is not a number
+            return None
+        if not (unit and math.isfinite(total) and 0.0 <= opening <= MAX_GRIPPER_OPENING_M and force >= 0.0
+                and goal >= 0.0 and abs(lift - shape.lift0 - (clean_poses[0]["pos"][2] - shape.target_z0))
+                <= LIFT_TOLERANCE_M):
+            return None
+        return {"eef_pos": list(eef_pos), "eef_quat": list(eef_quat), "gripper_opening": opening,
+                "gripper_force": force, "object_poses": clean_poses, "contacts": clean_contacts,
+                "joint_torques": list(torques), "joint_pos": list(joints), "goal_distance": goal, "object_lift": lift}
+
+    def _clean(self, signals: Any) -> dict:
+        if not isinstance(signals, dict):
+            raise SignalError(f" must be a dict with {', '.join(SIGNAL_FIELDS)}, got {_show(signals)}")
+        if not signals.keys() >= _SIGNAL_SET:
+            missing = [name for name in SIGNAL_FIELDS if name not in signals]
+            raise SignalError(f" lack {', '.join(missing)} (see producers/recorder.py for what each means)")
+        poses = signals["object_poses"]
+        if not isinstance(poses, (list, tuple)) or not poses:
+            raise SignalError(f"['object_poses'] must be a non-empty list of {{name, pos, quat}}, the target first; "
+                              f"got {_show(poses)}")
+        clean_poses = []
+        for i, p in enumerate(poses):
+            try:
+                if not isinstance(p, dict) or not p.keys() >= _POSE_KEYS:
+                    raise SignalError(f" must be a dict with name, pos, quat; got {_show(p)}")
+                name = p["name"]
+                if type(name) is not str or not name:
+                    raise SignalError(f"['name'] must be a non-empty string, got {_show(name)}")
+                clean_poses.append({"name": name, "pos": _numbers(p["pos"], "['pos']", 3),
+                                    "quat": _quat(p["quat"], "['quat']")})
+            except SignalError as exc:
+                raise SignalError(f"['object_poses'][{i}]{exc}") from None
+        clean = {
+            "eef_pos": _numbers(signals["eef_pos"], "['eef_pos']", 3),
+            "eef_quat": _quat(signals["eef_quat"], "['eef_quat']"),
+            "gripper_opening": _number(signals["gripper_opening"], "['gripper_opening'] (m)", 0.0),
+            "gripper_force": _number(signals["gripper_force"], "['gripper_force'] (N)", 0.0),
+            "object_poses": clean_poses,
+            "contacts": None,
+            "joint_torques": _numbers(signals["joint_torques"], "['joint_torques']", min_length=1),
+            "joint_pos": _numbers(signals["joint_pos"], "['joint_pos']", min_length=1),
+            "goal_distance": _number(signals["goal_distance"], "['goal_distance'] (m)", 0.0),
+            "object_lift": _number(signals["object_lift"], "['object_lift'] (m)"),
+        }
+        if clean["gripper_opening"] > MAX_GRIPPER_OPENING_M:
+            raise SignalError(f"['gripper_opening'] must be in metres (<= {MAX_GRIPPER_OPENING_M:g}), "
+                              f"got {clean['gripper_opening']}")
+        shape = self._shape
+        if shape is None:
+            names = tuple(p["name"] for p in clean_poses)
+            if len(set(names)) != len(names) or set(names) & set(FIXED_GROUPS):
+                raise SignalError(f"['object_poses'] names must be unique and not {FIXED_GROUPS}, got {names}")
+            shape = _Shape(names, frozenset(FIXED_GROUPS + names), len(clean["joint_pos"]),
+                           clean_poses[0]["pos"][2], clean["object_lift"])
+        elif len(clean_poses) != len(shape.names) or any(
+                p["name"] != name for p, name in zip(clean_poses, shape.names, strict=False)):
+            raise SignalError(f"['object_poses'] must name {shape.names} in that order (the target first) at every "
+                              f"step, got {tuple(p['name'] for p in clean_poses)}")
+        if len(clean["joint_pos"]) != shape.joints or len(clean["joint_torques"]) != shape.joints:
+            raise SignalError(f": joint_pos and joint_torques must both hold {shape.joints} numbers at every step, "
+                              f"got {len(clean['joint_pos'])} and {len(clean['joint_torques'])}")
+        rise = clean_poses[0]["pos"][2] - shape.target_z0
+        if abs(clean["object_lift"] - shape.lift0 - rise) > LIFT_TOLERANCE_M:
+            raise SignalError(
+                f"['object_lift'] must follow the target's height: object_poses[0] ({shape.names[0]!r}) rose "
+                f"{rise:+.4f} m since step 0 but object_lift changed {clean['object_lift'] - shape.lift0:+.4f} m "
+                "(is the target the first object pose?)")
+        contacts = signals["contacts"]
+        if not isinstance(contacts, (list, tuple)):
+            raise SignalError(f"['contacts'] must be a list of {{a, b, normal_force}}, got {_show(contacts)}")
+        clean_contacts = []
+        groups = shape.groups
+        for i, c in enumerate(contacts):
+            if not isinstance(c, dict) or not c.keys() >= _CONTACT_KEYS:
+                raise SignalError(f"['contacts'][{i}] must be a dict with a, b, normal_force; got {_show(c)}")
+            a, b, force = c["a"], c["b"], c["normal_force"]
+            if type(a) is not str or type(b) is not str or a not in groups or b not in groups or a == b:
+                raise SignalError(f"['contacts'][{i}] must join two different groups of {sorted(groups)}, "
+                                  f"got {a!r} and {b!r}")
+            if type(force) is not float or not 0.0 <= force < math.inf:
+                force = _number(force, f"['contacts'][{i}]['normal_force'] (N)", 0.0)
+            clean_contacts.append({"a": a, "b": b, "normal_force": force})
+        clean["contacts"] = clean_contacts
+        self._shape = shape
+        return clean
 
     def publish_pending(self) -> None:
         """Hands the Step events kept for the current batch to the publisher (Publisher.flush then
@@ -154,22 +531,50 @@ class EpisodeRecorder:
         pending, self._pending = self._pending, []
         episode_id, ident = self.identity.episode_id, self.identity
         for t, action, reward, sha, signals, at in pending:
+            self._compare(t, action, reward, sha, signals)  # here, where the caches are warm for it
             self.publisher.publish(make_event(
                 "Step", (episode_id, t), ident.producer, ident.run_id, event_time=at, episode_id=episode_id, t=t,
-                action=action, reward=reward, keyframe_sha256=sha, **{name: signals[name] for name in SIGNAL_FIELDS}))
+                action=action, reward=reward, keyframe_sha256=sha, **signals))
 
     def end(self, success: bool, termination: str, error: str | None = None,
             final_keyframe: np.ndarray | None = None) -> dict:
+        """Publishes the episode's last Step events and its EpisodeEnded (returned). When the last
+        batch cannot be sent, the episode ends "aborted" with the error and the exception is raised
+        after the EpisodeEnded went out."""
         if termination not in TERMINATIONS:
             raise ValueError(f"termination must be one of {TERMINATIONS}, got {termination!r}")
-        self.publish_pending()
+        if self._refused is not None:
+            raise EpisodeConflict(f"episode {self.identity.episode_id} was refused: {self._refused}")
+        if self._ended is not None:
+            raise RuntimeError(f"episode {self.identity.episode_id} already ended")
+        failure = None
+        try:
+            self.publish_pending()
+        except EpisodeConflict:
+            raise
+        except Exception as exc:
+            failure = exc
+            lost = f"Step events not published: {type(exc).__name__}: {exc}"
+            success, termination, error = False, "aborted", f"{error}; {lost}" if error else lost
         ident = self.identity
         quality = execution_quality(self._signals, self._actions, self._successes)
         sha = self.keyframes.put(final_keyframe) if final_keyframe is not None and self.keyframes else None
-        self._ended = self._event(
+        ended = self._event(
             "EpisodeEnded", (ident.episode_id,), episode_id=ident.episode_id,
             scenario_id=ident.scenario["scenario_id"], model_id=ident.model_id, success=bool(success),
             termination=termination, steps=len(self._actions), total_reward=self._reward, quality=quality,
             error=error, final_keyframe_sha256=sha)
-        self.publisher.publish(self._ended)
-        return self._ended
+        known = self._known
+        if known is not None:
+            content = _content_hash({k: v for k, v in ended.items() if k != "envelope"})
+            if self._rerun and len(self._actions) != len(known.steps):
+                raise self._conflict(f"it ended after {len(self._actions)} steps, the copy before recorded "
+                                     f"{len(known.steps)}")
+            if known.end is not None and known.end != content:
+                raise self._conflict("its EpisodeEnded differs")
+            known.end = content
+        self._ended = ended
+        self.publisher.publish(ended)
+        if failure is not None:
+            raise failure
+        return ended

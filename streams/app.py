@@ -29,13 +29,18 @@ Faust settings that matter here (see /work/shared/notes/platform-facts.md):
 - Topics are raw bytes (``value_serializer="raw"``); we decode with schemas.codec ourselves.
   Faust declares no topics (``topic_allow_declare=False``, no leader topic): the catalog's topics
   come from ``infra.kafka_clients.ensure_topics`` with their partition counts.
-- The clusterer is global state: run it in exactly one worker (``run_clusterer=True`` in one
-  process only). The detector scales with rollout partitions: rollout.steps and rollout.episodes
-  are both keyed by episode_id with the same partition count, so an episode's events co-locate.
+- The clusterer is global state, made a singleton by partition ownership: it reads only
+  failures.episodes (one partition), so of the workers running it (``run_clusterer=True``) the
+  one holding that partition is active and the others stand by; a standby that gets the
+  partition restores itself from failures.clusters (``consumer_factory``: the edge builds the
+  confluent_kafka consumers that read it) and carries on with the same ids. The detector scales
+  with rollout partitions: rollout.steps and rollout.episodes are both keyed by episode_id with
+  the same partition count, so an episode's events co-locate.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,7 +106,7 @@ class StreamsConfig:
     web_enabled: bool = False  # faust's HTTP stats server (port 6066 per worker)
     batch_max: int = 1000  # events per agent batch
     batch_within_s: float = 0.2  # wait at most this long to fill a batch, s
-    tick_interval_s: float = 1.0  # time-based work (overdue ends, settled episodes), s
+    tick_interval_s: float = 1.0  # time-based work (overdue ends, the clusterer's restore and idle work), s
     stats_interval_s: float = 30.0  # stage counters are logged this often when they changed, s
     run_detector: bool = True
     run_clusterer: bool = True  # in exactly one worker
@@ -142,9 +147,15 @@ def _raw_topic(app: faust.App, *names: str):
     return app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
 
-def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.App:
+def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None,
+             consumer_factory: Callable[[dict], object] | None = None) -> faust.App:
     """A faust app running the failure agents ``config`` enables. ``llm`` (optional) rewrites
-    cluster summaries with a language model; it is built by the caller, never from the environment."""
+    cluster summaries with a language model; ``consumer_factory(extra settings)`` returns a
+    confluent_kafka Consumer for the broker (the clusterer's restore reads its log with it; needed
+    when it runs). Both are built by the caller, never from the environment."""
+    if config.run_clusterer and consumer_factory is None:
+        raise ConfigError("make_app: the clusterer restores itself from failures.clusters and needs a "
+                          "consumer_factory (extra settings -> confluent_kafka Consumer), built at the edge")
     config.data_dir.mkdir(parents=True, exist_ok=True)  # faust does not create its parent
     app = faust.App(
         config.app_id,
@@ -167,7 +178,8 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.A
     def full(name: str) -> str:
         return BY_NAME[name].full_name(prefix)
 
-    outputs = {name: _raw_topic(app, full(name)) for name in ("failures.moments", "failures.clusters", "deadletter")}
+    outputs = {name: _raw_topic(app, full(name))
+               for name in ("failures.moments", "failures.episodes", "failures.clusters", "deadletter")}
     if config.run_detector:
         stage = DetectorStage(config.detector, config.router, prefix, config.run_id, codec=codec)
         register_detector(app, _raw_topic(app, full("rollout.steps"), full("rollout.episodes")), outputs, stage,
@@ -177,20 +189,29 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.A
         clusterer = OnlineFailureClusterer(config.clusterer, FeatureDescriber(config.embedding), config.run_id)
         stage = ClusterStage(clusterer, config.embedding, config.collector, prefix, config.run_id, codec=codec,
                              want_llm_summaries=llm is not None)
-        register_clusterer(app, _raw_topic(app, full("failures.moments"), full("rollout.episodes")), outputs,
-                           stage, batching, llm)
+        app.failure_clusterer_seat = register_clusterer(app, _raw_topic(app, full("failures.episodes")), outputs,
+                                                        stage, batching, consumer_factory, llm)
         app.failure_cluster_stage = stage
     return app
 
 
 def app_from_environment() -> faust.App:
     """The edge: settings from the environment / config file, broker resolved like the CLI does."""
+    from confluent_kafka import Consumer
+
+    from infra.kafka_clients import consumer_config
     from infra.processes import resolve_bootstrap
     from infra.settings import load_settings
 
     settings = load_settings()
     config = StreamsConfig.from_settings(settings, resolve_bootstrap(settings))
-    return make_app(config, llm=llm_summarizer(settings) if config.run_clusterer else None)
+
+    def consumer_factory(extra: dict) -> Consumer:
+        return Consumer(consumer_config(config.bootstrap_servers, f"{config.app_id}-clusterer-restore",
+                                        settings.session_timeout_ms, **extra))
+
+    return make_app(config, llm=llm_summarizer(settings) if config.run_clusterer else None,
+                    consumer_factory=consumer_factory)
 
 
 _app: faust.App | None = None

@@ -1,8 +1,8 @@
 """The labelled failure set: seeded robosuite episodes under injected causes, each labelled with the
 failure type its cause must produce and the control step at which the cause became physical fact.
 
-    python -m producers.sim.failure_set --out eval_memory/failure_set --seeds 10
-    episodes = generate(CASES, seeds=range(10))          # in code: LabelledEpisode per run
+    python -m producers.sim.failure_set --out eval_memory/failure_set --seeds 30
+    episodes = generate(CASES, seeds=30)                 # in code: LabelledEpisode per run
     labels, events = load(Path("eval_memory/failure_set"))
 
 It is the ground truth that ``bench/failure_mining.py`` scores the failure detector and clusterer
@@ -40,6 +40,7 @@ schemas, i.e. exactly what the rollout worker would have published.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -52,7 +53,7 @@ from typing import Any
 import fastavro
 import numpy as np
 
-from producers.recorder import EpisodeIdentity, EpisodeRecorder
+from producers.recorder import EpisodeIdentity, EpisodeRecorder, simulator_versions
 from producers.sim.envs import SimEnv, make_env
 from producers.sim.faults import FreezeAt, PerceptionOffset, ReleaseWhenLifted
 from producers.sim.perturb import Push
@@ -301,6 +302,11 @@ class _Collect:
         self.events.append(event)
 
 
+@functools.cache
+def _simulator() -> str:
+    return simulator_versions("robosuite", "mujoco")
+
+
 def run_case(case: Case, seed: int, envs: dict[str, SimEnv]) -> tuple[LabelledEpisode, list[dict]]:
     """One labelled episode: its label and the events the recorder made of it."""
     rng = np.random.default_rng([seed, sum(map(ord, case.name))])
@@ -310,7 +316,7 @@ def run_case(case: Case, seed: int, envs: dict[str, SimEnv]) -> tuple[LabelledEp
         env = envs[setup.spec.scenario_id] = make_env(setup.spec)
     identity = EpisodeIdentity(RUN_ID, "robosuite", setup.spec.env_name, setup.spec.to_dict(),
                                f"{case.name}:{setup.policy.name}", "1", seed, request_id=f"{case.name}-{seed}",
-                               producer="failure-set")
+                               producer="failure-set", simulator=_simulator())
     sink = _Collect()
     episode = Episode(env, setup.policy, seed, perturbations=setup.pushes, stop_on_success=setup.stop_on_success)
     with EpisodeRecorder(sink, identity) as recorder:
@@ -382,7 +388,8 @@ def load(directory: Path) -> tuple[list[LabelledEpisode], dict[str, list[dict]]]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("eval_memory/failure_set"))
-    parser.add_argument("--seeds", type=int, default=10, help="episodes per case (times the case's repeat)")
+    parser.add_argument("--seeds", type=int, default=30, help="episodes per case (times the case's repeat); "
+                        "bench/failure_mining.py tunes on seeds 0-9 and scores on the rest")
     parser.add_argument("--cases", nargs="*", default=[c.name for c in CASES], choices=[c.name for c in CASES])
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args(argv)

@@ -57,8 +57,25 @@ Definitions, every one relative to the episode's own start (the first step seen)
 - timeout: EpisodeEnded with termination "timeout" and no success; step = the last step.
 
 Severity is in [0, 1], a documented ratio per type (see ``_severity_*`` call sites and
-DetectorConfig). Every moment's features also carry ``goal_distance_m`` and ``object_lift_m`` at
-its step.
+DetectorConfig). Every moment's features also carry, at its step, ``goal_distance_m`` and
+``object_lift_m`` and where it happened: ``eef_x/y/z`` (the hand), ``object_x/y/z`` (the target,
+world frame, m) and ``object_dx/dy`` (the target's offset from its own start, m); the object
+features are absent when a step has no object pose.
+
+Recovery, tracked online as the episode goes on (``outcomes()``; a FailureMoment, once emitted, is
+never edited: the recovery reaches consumers in the episode's EpisodeAnalysed):
+
+- grasp_miss, slip, drop, wrong_object: recovered at the first later step at which the target is
+  held again (the grasp state machine enters "held"): ``recovery="regrasped"``;
+- stall: recovered once ``goal_distance`` has improved by ``stall_min_progress_m`` on its value
+  at the stall, or the goal is reached: ``"progressed"``;
+- out_of_reach: recovered once the hand is within ``reach_gap_m`` (horizontally) of the target:
+  ``"reached"``;
+- excessive_force, collision, knocked_object, joint_limit, timeout: never (the harm or the miss
+  happened).
+
+A recovery comes strictly after the moment's step. A successful episode whose moments are all
+recovered is a success after a recovery, not a flagged success.
 """
 
 from __future__ import annotations
@@ -71,7 +88,8 @@ from datetime import datetime
 from schemas.events import make_event
 from streams.exceptions import ConfigError, DetectorError
 
-DETECTOR_VERSION = "failure-detector/1.1"
+# 1.2: moments carry their site (eef_x/y/z, object_x/y/z, object_dx/dy); recovery is tracked.
+DETECTOR_VERSION = "failure-detector/1.2"
 PRODUCER = "failure-detector"
 
 # Mirrors the FailureType enum in schemas/avro/FailureMoment.avsc (a unit test checks it).
@@ -87,6 +105,11 @@ _ROBOT_GROUPS = (GROUP_GRIPPER, GROUP_ROBOT)
 PANDA_JOINT_LIMITS_RAD = ((-2.8973, 2.8973), (-1.7628, 1.7628), (-2.8973, 2.8973), (-3.0718, -0.0698),
                           (-2.8973, 2.8973), (-0.0175, 3.7525), (-2.8973, 2.8973))
 PANDA_TORQUE_LIMITS_NM = (80.0, 80.0, 80.0, 80.0, 12.0, 12.0, 12.0)
+
+# How a moment is recovered from (MomentOutcome.recovery); failure types absent here never are.
+RECOVERED_BY = {"grasp_miss": "regrasped", "slip": "regrasped", "drop": "regrasped", "wrong_object": "regrasped",
+                "stall": "progressed", "out_of_reach": "reached"}
+NOT_RECOVERED = -1  # MomentOutcome.recovered_step of a moment the episode never recovered from
 
 # grasp_miss feature "variant"
 MISS_CLOSED_EMPTY = 0.0
@@ -236,7 +259,8 @@ class EpisodeDetector:
     """Failure detector for one episode. Feed its Steps in order, then its EpisodeEnded.
 
     ``moments`` holds every FailureMoment emitted so far; ``suppressed`` counts moments over the
-    per-type cap. Not thread-safe; one instance per episode.
+    per-type cap; ``outcomes()`` gives each moment with its recovery so far (module docstring).
+    Not thread-safe; one instance per episode.
     """
 
     def __init__(self, config: DetectorConfig, episode_id: str, scenario_id: str, model_id: str):
@@ -263,7 +287,18 @@ class EpisodeDetector:
         self._eef_target_xy = 0.0
         self._eef_target_z = math.inf
         self._last_opening: float | None = None
-        self._common: dict[str, float] = {}
+        # this step's site, for every moment's features
+        self._goal = 0.0
+        self._lift = 0.0
+        self._eef: list[float] | None = None
+        self._obj: list[float] | None = None
+        self._obj_start: list[float] | None = None
+        # recovery: per moment (parallel to self.moments) [recovered_step, recovery]; indexes of
+        # moments still waiting, per way of recovering; a stall waits with its goal_distance
+        self._recovery: list[list] = []
+        self._awaiting_grasp: list[int] = []
+        self._awaiting_reach: list[int] = []
+        self._awaiting_progress: list[tuple[int, float]] = []
         # grasp / slip / drop
         self._phase = _OPEN
         self._close_t = 0
@@ -329,11 +364,15 @@ class EpisodeDetector:
         for p in poses:
             if p["name"] not in self._start_pose:
                 self._start_pose[p["name"]] = (p["pos"], p["quat"])
-        self._common = {"goal_distance_m": goal, "object_lift_m": lift}
+        eef = step["eef_pos"]
+        self._goal, self._lift, self._eef = goal, lift, eef
         if poses:
-            eef, pos = step["eef_pos"], poses[0]["pos"]
+            pos = poses[0]["pos"]
+            self._obj, self._obj_start = pos, self._start_pose[target][0]
             self._eef_target_xy = math.hypot(eef[0] - pos[0], eef[1] - pos[1])
             self._eef_target_z = abs(eef[2] - pos[2])
+        else:
+            self._obj = None
 
         # contacts, summarised once
         other_grip: dict[str, float] = {}  # gripper contact force per non-target object
@@ -379,6 +418,10 @@ class EpisodeDetector:
                         "with_object": float(collide_object), "by_arm": float(collide_arm)})
         self._stall_check(t, step, goal, out)
         self._limits(t, step, goal, out)
+        if self._awaiting_progress:
+            self._recover_progress(t, goal)
+        if self._awaiting_reach and poses and self._eef_target_xy < cfg.reach_gap_m:
+            self._awaiting_reach = self._recover(self._awaiting_reach, t, "reached")
 
         self._min_goal = min(self._min_goal, goal)
         self._last_goal = goal
@@ -397,7 +440,6 @@ class EpisodeDetector:
         self._run_id = env.get("run_id", self._run_id)
         et = env.get("event_time")
         self._event_time = et if isinstance(et, datetime) and et.tzinfo is not None else None
-        self._common = {"goal_distance_m": self._last_goal, "object_lift_m": self._last_lift}
         out: list[dict] = []
         last = max(self.last_t, int(ended["steps"]) - 1, 0)
         cfg = self.config
@@ -460,6 +502,8 @@ class EpisodeDetector:
                     if self._held_streak >= cfg.held_min_steps:
                         self._phase = _HELD
                         self._drop_watch = None
+                        if self._awaiting_grasp:
+                            self._awaiting_grasp = self._recover(self._awaiting_grasp, t, "regrasped")
                 else:
                     self._held_streak = 0
                     if not touching and self._last_opening is not None \
@@ -624,6 +668,48 @@ class EpisodeDetector:
                        {"joint": float(limit_joint), "distance_to_limit_rad": limit_left,
                         "joint_pos_rad": step["joint_pos"][limit_joint]})
 
+    # -- recovery ---------------------------------------------------------------------------
+
+    def _recover(self, waiting: list[int], t: int, how: str) -> list[int]:
+        """Marks the waiting moments from before step ``t`` recovered at ``t``; returns the rest."""
+        left = []
+        for i in waiting:
+            if self.moments[i]["step"] < t:
+                self._recovery[i] = [t, how]
+            else:
+                left.append(i)
+        return left
+
+    def _recover_progress(self, t: int, goal: float) -> None:
+        cfg = self.config
+        left = []
+        for i, ref in self._awaiting_progress:
+            if self.moments[i]["step"] < t and (goal <= ref - cfg.stall_min_progress_m or goal <= cfg.goal_reached_m):
+                self._recovery[i] = [t, "progressed"]
+            else:
+                left.append((i, ref))
+        self._awaiting_progress = left
+
+    def outcomes(self) -> list[dict]:
+        """Every moment emitted so far as a MomentOutcome record (schemas/avro/MomentOutcome.avsc):
+        its id, type, step, severity, features, and the step and way the episode recovered from it
+        (-1 and "" while it has not)."""
+        return [{"moment_id": m["envelope"]["event_id"], "failure_type": m["failure_type"], "step": m["step"],
+                 "severity": m["severity"], "features": m["features"], "recovered_step": r[0], "recovery": r[1]}
+                for m, r in zip(self.moments, self._recovery, strict=True)]
+
+    def _site(self) -> dict[str, float]:
+        """Goal, lift and where the hand and the target are, at the current step."""
+        feats = {"goal_distance_m": float(self._goal), "object_lift_m": float(self._lift)}
+        eef = self._eef
+        if eef is not None:
+            feats["eef_x"], feats["eef_y"], feats["eef_z"] = float(eef[0]), float(eef[1]), float(eef[2])
+        obj, start = self._obj, self._obj_start
+        if obj is not None:
+            feats["object_x"], feats["object_y"], feats["object_z"] = float(obj[0]), float(obj[1]), float(obj[2])
+            feats["object_dx"], feats["object_dy"] = float(obj[0] - start[0]), float(obj[1] - start[1])
+        return feats
+
     # -- output -----------------------------------------------------------------------------
 
     def _emit(self, out: list[dict], failure_type: str, t: int, severity: float, features: dict) -> None:
@@ -636,7 +722,7 @@ class EpisodeDetector:
         self._emitted.add(key)
         self._per_type[failure_type] += 1
         feats = {k: float(v) for k, v in features.items()}
-        feats.update(self._common)
+        feats.update(self._site())
         for name, value in feats.items():
             if not math.isfinite(value):
                 raise DetectorError(f"episode {self.episode_id} {failure_type} at step {t}: feature {name} "
@@ -646,5 +732,14 @@ class EpisodeDetector:
                             episode_id=self.episode_id, scenario_id=self.scenario_id, model_id=self.model_id,
                             failure_type=failure_type, step=t, severity=_clip01(severity), features=feats,
                             detector_version=DETECTOR_VERSION)
+        index = len(self.moments)
         self.moments.append(moment)
+        self._recovery.append([NOT_RECOVERED, ""])
+        how = RECOVERED_BY.get(failure_type)
+        if how == "regrasped":
+            self._awaiting_grasp.append(index)
+        elif how == "reached":
+            self._awaiting_reach.append(index)
+        elif how == "progressed":
+            self._awaiting_progress.append((index, float(self._goal)))
         out.append(moment)

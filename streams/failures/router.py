@@ -2,7 +2,8 @@
 rollout.steps and rollout.episodes topics.
 
     stage = DetectorStage(DetectorConfig(), RouterConfig(), topic_prefix="sepa.", run_id="streams")
-    outgoing = stage.process(raw_messages)   # FailureMoments (failures.moments) and DeadLetters
+    outgoing = stage.process(raw_messages)   # FailureMoments (failures.moments), EpisodeAnalysed
+                                             # (failures.episodes) and DeadLetters
     outgoing += stage.tick(backlogged)        # every second or so: overdue ends, idle episodes
     stage.releasable()                        # {(topic, partition): offset below which all may be acked}
 
@@ -16,6 +17,18 @@ episode's events, but not in a fixed order across the two topics. So:
   ``end_grace_s`` passes; then the detector's ``on_end`` runs.
 - Anything undecodable, non-finite or refused by the detector becomes a DeadLetter (consumer
   "failure-detector"); the episode's other events are still processed.
+
+Every episode whose EpisodeEnded arrives is decided once, and then (after ``on_end``) gets one
+EpisodeAnalysed on failures.episodes (key episode_id, id stable(EpisodeAnalysed, episode_id),
+event_time and run_id of its EpisodeEnded, so a re-read re-emits it byte for byte): its end
+(success, termination, steps, quality), its scenario (from EpisodeStarted; an empty ScenarioSpec,
+every string empty, when the start was never seen) and every moment with its recovery
+(EpisodeDetector.outcomes). ``analysed=false`` with the ``reason`` when it could not be analysed
+(more than ``max_buffered_steps`` steps before its start: a re-read reproduces that); analysed
+with a ``reason`` when steps were missing at the decision (the end grace passed, or a memory bound
+dropped it after its end came). Episodes decided before and re-read in part (a tail, or a start
+and end without steps) get none: theirs was emitted then. Episodes dropped before their end came
+(idle, memory bounds) get none either: an EpisodeAnalysed answers an EpisodeEnded.
 
 Restarts lose nothing. Detector state lives in memory, so a message may be acknowledged (its offset
 committed) only once its episode is *decided*: finished and its moments handed to the producer, or
@@ -46,15 +59,19 @@ from dataclasses import dataclass, field
 
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
+from schemas.events import make_event
 from schemas.exceptions import SchemaError
+from schemas.loader import shared_schema
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.exceptions import ConfigError, StreamsError
-from streams.failures.detector import DetectorConfig, EpisodeDetector
+from streams.failures.detector import DETECTOR_VERSION, PRODUCER, DetectorConfig, EpisodeDetector
 
 log = logging.getLogger("sepa.streams.failures.router")
 CONSUMER = "failure-detector"
 INPUT_TOPICS = ("rollout.steps", "rollout.episodes")
 OUTPUT_TOPIC = "failures.moments"
+EPISODES_TOPIC = "failures.episodes"
+_TOPIC_OF = {"FailureMoment": OUTPUT_TOPIC, "EpisodeAnalysed": EPISODES_TOPIC}
 TP = tuple[str, int]  # (topic, partition)
 
 
@@ -86,10 +103,29 @@ class RouterConfig:
                 raise ConfigError(f"RouterConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
 
 
+def _zero(avro_type):
+    if isinstance(avro_type, list):  # a union: its first branch (null for our optional fields)
+        return _zero(avro_type[0])
+    if isinstance(avro_type, dict):
+        kind = avro_type.get("type")
+        return [] if kind == "array" else {} if kind == "map" else None
+    return {"null": None, "string": "", "boolean": False, "int": 0, "long": 0, "float": 0.0,
+            "double": 0.0}.get(avro_type)
+
+
+def empty_scenario() -> dict:
+    """The ScenarioSpec record of an episode whose EpisodeStarted was never seen: every string
+    empty (scenario_id, benchmark, env_name, robot, instruction: not known), every other field at
+    its schema default (object_size_scale 1, no offset) or else its zero (horizon 0)."""
+    return {f["name"]: "" if f["type"] == "string" else f["default"] if "default" in f else _zero(f["type"])
+            for f in shared_schema("ScenarioSpec")["fields"]}
+
+
 @dataclass
 class _Episode:
     detector: EpisodeDetector | None = None
     buffer: list[dict] = field(default_factory=list)
+    started: dict | None = None
     ended: dict | None = None
     ended_at: float = 0.0
     last_seen: float = 0.0
@@ -137,19 +173,21 @@ class DetectorStage:
                 out.append(dead)
                 continue
             try:
-                moments = self.on_event(event, (tp, raw.offset))
-                out.extend(Outgoing(OUTPUT_TOPIC, m["episode_id"].encode(), self.codec.encode(m)) for m in moments)
+                out.extend(self._outgoing(self.on_event(event, (tp, raw.offset))))
             except (StreamsError, SchemaError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
                 out.append(self.intake.refuse(
                     raw, f"failure detector refused {event['envelope']['event_type']}: {type(exc).__name__}: {exc}"))
-        self._bound_held()
+        out.extend(self._outgoing(self._bound_held()))
         return out
 
     def tick(self, backlogged: Collection[TP] = ()) -> list[Outgoing]:
         """Time-based work. ``backlogged``: input partitions with messages not yet delivered; their
         episodes' clocks (end grace, idle timeout) wait until the backlog is read."""
-        return [Outgoing(OUTPUT_TOPIC, m["episode_id"].encode(), self.codec.encode(m))
-                for m in self.expire(backlogged)]
+        return self._outgoing(self.expire(backlogged))
+
+    def _outgoing(self, events: list[dict]) -> list[Outgoing]:
+        encode = self.codec.encode
+        return [Outgoing(_TOPIC_OF[e["envelope"]["event_type"]], e["episode_id"].encode(), encode(e)) for e in events]
 
     def releasable(self) -> dict[TP, int]:
         """Per partition delivered so far, the offset below which every message may be acknowledged:
@@ -170,46 +208,59 @@ class DetectorStage:
     # -- routing --------------------------------------------------------------------------------
 
     def on_event(self, event: dict, at: tuple[TP, int] | None = None) -> list[dict]:
-        """Moments (FailureMoment dicts) that one decoded Step / EpisodeStarted / EpisodeEnded yields.
-        ``at``: the (partition, offset) it was read from, held until the episode is decided."""
+        """Events (FailureMoment and EpisodeAnalysed dicts) that one decoded Step / EpisodeStarted /
+        EpisodeEnded yields. ``at``: the (partition, offset) it was read from, held until the
+        episode is decided."""
         event_type = event["envelope"]["event_type"]
         episode_id = event["episode_id"]
         if episode_id in self.finished:
             self.stats["after_finish"] += 1
             return []
-        ep = self._episode(episode_id)
+        out: list[dict] = []
+        ep = self._episode(episode_id, out)
         if at is not None:
             self._hold(episode_id, ep, at, event_type == "Step")
         if event_type == "Step":
-            return self._step(episode_id, ep, event)
+            moments = self._step(episode_id, ep, event)
+            return out + moments if out else moments
         if event_type == "EpisodeStarted":
+            if ep.started is None:
+                ep.started = event
             if ep.detector is None:
-                return self._create(episode_id, ep, event["scenario_id"], event["model_id"])
-            return []
+                out += self._create(episode_id, ep, event["scenario_id"], event["model_id"])
+            return out
         if event_type == "EpisodeEnded":
             if ep.ended is not None:
-                return []
+                return out
             ep.ended, ep.ended_at = event, self.clock()
-            out = []
             if ep.detector is None:
-                out = self._create(episode_id, ep, event["scenario_id"], event["model_id"])
+                out += self._create(episode_id, ep, event["scenario_id"], event["model_id"])
             return out + self._maybe_finish(episode_id, ep)
         self.stats["ignored_" + event_type] += 1
-        return []
+        return out
 
-    def _episode(self, episode_id: str) -> _Episode:
+    def _episode(self, episode_id: str, out: list[dict]) -> _Episode:
+        """The open episode of this id (created if new); ``out`` gets what evicting another yields."""
         ep = self.episodes.get(episode_id)
         if ep is None:
             ep = self.episodes[episode_id] = _Episode()
             while len(self.episodes) > self.config.max_open_episodes:
                 old = next(iter(self.episodes))
-                self._decide(old, self.episodes[old])
                 self.stats["evicted"] += 1
                 log.warning("dropping episode %s: more than %d open episodes", old, self.config.max_open_episodes)
+                out += self._drop(old, self.episodes[old], f"more than {self.config.max_open_episodes} open episodes")
         else:
             self.episodes.move_to_end(episode_id)
         ep.last_seen = self.clock()
         return ep
+
+    def _drop(self, episode_id: str, ep: _Episode, why: str) -> list[dict]:
+        """Decides an episode a memory bound drops. One whose end came is finished with what it has
+        (its EpisodeAnalysed says steps were missing and why); one without an end just goes."""
+        if ep.ended is not None and ep.detector is not None:
+            return self._maybe_finish(episode_id, ep, force=True, why=why)
+        self._decide(episode_id, ep)
+        return []
 
     def _step(self, episode_id: str, ep: _Episode, step: dict) -> list[dict]:
         if ep.first_t is None:
@@ -243,28 +294,44 @@ class DetectorStage:
         ep.buffer.clear()
         return out
 
-    def _maybe_finish(self, episode_id: str, ep: _Episode, force: bool = False) -> list[dict]:
+    def _maybe_finish(self, episode_id: str, ep: _Episode, force: bool = False, why: str = "") -> list[dict]:
         if ep.ended is None or ep.detector is None:
             return []
-        complete = ep.detector.last_t + 1 >= ep.ended["steps"]
+        detector = ep.detector
+        complete = detector.last_t + 1 >= ep.ended["steps"]
         if not (complete or force or ep.unanalysable):
             return []
         self._decide(episode_id, ep)
         if ep.unanalysable:
             self.stats["not_analysed"] += 1
             log.info("episode %s not analysed: %s", episode_id, ep.unanalysable)
-            return []
+            return [self._analysed(ep, analysed=False, reason=ep.unanalysable)]
         if not complete and ep.first_t is None:
             # Not one of its steps arrived: they were committed before (module docstring), or lost.
             self.stats["replayed_without_steps"] += 1
             log.debug("episode %s: ended with %d steps, none seen; ignored", episode_id, ep.ended["steps"])
             return []
+        reason = ""
         if not complete:
             self.stats["ended_with_missing_steps"] += 1
-            log.warning("episode %s ended with %d steps but only up to t=%d arrived within %.0f s",
-                        episode_id, ep.ended["steps"], ep.detector.last_t, self.config.end_grace_s)
+            why = f"when it was dropped: {why}" if why else f"within the end grace of {self.config.end_grace_s:g} s"
+            reason = (f"steps missing: {detector.steps_seen} of {ep.ended['steps']} arrived "
+                      f"(last t={detector.last_t}) {why}")
+            log.warning("episode %s analysed with steps missing: %s", episode_id, reason)
         self.stats["finished"] += 1
-        return ep.detector.on_end(ep.ended)
+        moments = detector.on_end(ep.ended)
+        return moments + [self._analysed(ep, analysed=True, reason=reason)]
+
+    def _analysed(self, ep: _Episode, analysed: bool, reason: str) -> dict:
+        """The EpisodeAnalysed of a decided episode (module docstring)."""
+        end, started = ep.ended, ep.started
+        env = end["envelope"]
+        return make_event(
+            "EpisodeAnalysed", (end["episode_id"],), PRODUCER, env["run_id"], event_time=env["event_time"],
+            episode_id=end["episode_id"], scenario_id=end["scenario_id"], model_id=end["model_id"],
+            scenario=started["scenario"] if started is not None else empty_scenario(), success=end["success"],
+            termination=end["termination"], steps=end["steps"], quality=end["quality"], analysed=analysed,
+            reason=reason, moments=ep.detector.outcomes() if analysed else [], detector_version=DETECTOR_VERSION)
 
     def expire(self, backlogged: Collection[TP] = ()) -> list[dict]:
         """Finishes ends overdue by ``end_grace_s``; drops episodes idle for ``idle_timeout_s``.
@@ -330,17 +397,20 @@ class DetectorStage:
             self.waiting.pop(episode_id, None)
         return self.delivered.get(tp, 0)
 
-    def _bound_held(self) -> None:
-        """Drops the episode holding back the most messages while more than max_held_messages wait."""
+    def _bound_held(self) -> list[dict]:
+        """Drops the episode holding back the most messages while more than max_held_messages wait;
+        returns what finishing the dropped ones yields (``_drop``)."""
+        out: list[dict] = []
         while True:
             held = {tp: end - self._releasable(tp) for tp, end in self.delivered.items()}
             if sum(held.values()) <= self.config.max_held_messages:
-                return
+                return out
             tp = max(held, key=held.__getitem__)
             episode_id = next(iter(self.holds[tp]))
             if episode_id not in self.episodes:  # a decided episode waiting for its steps' partition
                 episode_id = next(iter(self.holds[self.waiting[episode_id][0]]))
-            self._decide(episode_id, self.episodes[episode_id])
             self.stats["held_dropped"] += 1
             log.warning("dropping episode %s: more than %d messages wait for acknowledgement",
                         episode_id, self.config.max_held_messages)
+            out += self._drop(episode_id, self.episodes[episode_id],
+                              f"more than {self.config.max_held_messages} messages waited for acknowledgement")

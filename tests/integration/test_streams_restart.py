@@ -104,11 +104,15 @@ def publish_steadily(broker: str, prefix: str, events: list[dict], done: threadi
     done.set()
 
 
-def start_worker(broker: str, prefix: str, memory_dir: Path, log_path: Path) -> subprocess.Popen:
+def start_worker(broker: str, prefix: str, memory_dir: Path, log_path: Path,
+                 extra_args: tuple[str, ...] = ("--without-web",)) -> subprocess.Popen:
+    """A streams worker as a deployment starts it. Without faust's web server by default: it binds
+    0.0.0.0:6066, which a second worker on the host (or anyone else's) already holds."""
     env = {**os.environ, "SEPA_BOOTSTRAP_SERVERS": broker, "SEPA_TOPIC_PREFIX": prefix,
            "SEPA_MEMORY_DIR": str(memory_dir)}
     with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "faust", "-A", "streams.app", "worker", "-l", "info"],
+        return subprocess.Popen([sys.executable, "-m", "faust", "-A", "streams.app", "worker", "-l", "info",
+                                 *extra_args],
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 

@@ -1,5 +1,6 @@
 """EpisodeDetector on hand-built and recorded Panda Lift traces: every failure type fires when
-its evidence appears (and at that step), and stays silent on a clean lift."""
+its evidence appears (and at that step), and stays silent on a clean lift; a moment the episode
+later recovers from (a re-grasp, resumed progress, the hand reaching the target) is marked so."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from failure_traces import (
     CUBE_START,
     DISTRACTOR,
     DISTRACTOR_START,
+    OPEN_M,
     Scene,
     clean_lift,
     ended,
@@ -31,6 +33,7 @@ from streams.failures.detector import (
     MISS_ENDED_UNLIFTED,
     MISS_LOST_BEFORE_LIFT,
     MISS_REOPENED_UNLIFTED,
+    NOT_RECOVERED,
     DetectorConfig,
     EpisodeDetector,
 )
@@ -523,3 +526,135 @@ def test_a_stretched_arm_with_the_hand_over_the_cube_is_not_out_of_reach():
     scene.move_to([0.0, 0.01, 0.88], 15)
     scene.hold(6, joints=stretched)
     assert [m["failure_type"] for _, m in run(scene)] == []
+
+
+# -- where a moment happened ----------------------------------------------------------------------
+
+def test_every_moment_carries_its_site_the_hand_the_target_and_the_targets_offset():
+    scene = clean_lift().slip(4)
+    scene.hold(3)
+    emitted = run(scene, ended(scene, success=False))
+    assert {"slip", "drop", "timeout"} <= set(types(emitted))
+    for _, m in emitted:
+        step = scene.steps[m["step"]]
+        eef, cube = step["eef_pos"], step["object_poses"][0]["pos"]
+        f = m["features"]
+        assert [f["eef_x"], f["eef_y"], f["eef_z"]] == pytest.approx(eef)
+        assert [f["object_x"], f["object_y"], f["object_z"]] == pytest.approx(cube)
+        assert [f["object_dx"], f["object_dy"]] == pytest.approx([cube[0] - CUBE_START[0], cube[1] - CUBE_START[1]])
+        assert f["object_lift_m"] == pytest.approx(step["object_lift"])
+
+
+# -- recovery: recorded robosuite traces ------------------------------------------------------------
+
+def outcomes_of(name: str) -> tuple[dict, list[dict], list[dict]]:
+    """(trace, steps, MomentOutcomes) of a recorded trace run through the detector to its end."""
+    trace, steps = recorded(name)
+    det = EpisodeDetector(CFG, "rec-1", "scn-1", "model-1")
+    for s in steps:
+        det.on_step(s)
+    det.on_end({"episode_id": "rec-1", "termination": "success" if trace["success"] else "timeout",
+                "success": trace["success"], "steps": len(steps)})
+    assert [o["moment_id"] for o in det.outcomes()] == [m["envelope"]["event_id"] for m in det.moments]
+    return trace, steps, det.outcomes()
+
+
+def unrecovered(outcomes: list[dict]) -> list[str]:
+    return [o["failure_type"] for o in outcomes if o["recovered_step"] == NOT_RECOVERED]
+
+
+def closes(steps: list[dict]) -> list[int]:
+    """Steps at which the gripper command goes from open to closing."""
+    return [s["t"] for prev, s in zip(steps, steps[1:], strict=False) if prev["action"][-1] <= 0 < s["action"][-1]]
+
+
+def test_recorded_miss_then_regrasp_then_success_recovers_the_miss_and_is_not_a_flagged_success():
+    trace, steps, outcomes = outcomes_of("lift_regrasp")
+    assert trace["success"] is True and trace["aims_x_m"] == [0.06, 0.0]
+    first_close, second_close = closes(steps)
+    (miss,) = outcomes
+    assert miss["failure_type"] == "grasp_miss" and miss["features"]["variant"] == MISS_CLOSED_EMPTY
+    assert first_close < miss["step"] < second_close
+    assert miss["recovery"] == "regrasped"
+    # held again: gripped at held_force_n with the cube lifted (or pinched), held_min_steps in a row
+    gripped = [s["t"] for s in steps if s["t"] > second_close and s["gripper_force"] >= CFG.held_force_n]
+    assert gripped[0] < miss["recovered_step"] <= gripped[0] + CFG.grasp_settle_steps
+    assert steps[miss["recovered_step"]]["gripper_force"] >= CFG.held_force_n
+    assert unrecovered(outcomes) == []  # a success after a recovery
+
+
+def test_recorded_miss_without_a_retry_is_never_recovered():
+    trace, _, outcomes = outcomes_of("lift_miss")
+    assert trace["success"] is False
+    assert [(o["failure_type"], o["recovered_step"], o["recovery"]) for o in outcomes] == \
+        [("grasp_miss", -1, ""), ("stall", -1, ""), ("timeout", -1, "")]
+
+
+def test_recorded_retry_that_misses_again_recovers_nothing():
+    trace, steps, outcomes = outcomes_of("lift_miss_twice")
+    assert trace["success"] is False
+    first_close, second_close = closes(steps)
+    assert [o["failure_type"] for o in outcomes] == ["grasp_miss", "grasp_miss", "stall", "timeout"]
+    assert first_close < outcomes[0]["step"] < second_close < outcomes[1]["step"]
+    assert unrecovered(outcomes) == ["grasp_miss", "grasp_miss", "stall", "timeout"]  # trying again is not holding
+
+
+def test_recorded_stall_that_resumes_is_recovered_once_the_goal_progresses():
+    trace, steps, outcomes = outcomes_of("lift_stall_resume")
+    assert trace["success"] is True
+    (stall,) = outcomes
+    assert stall["failure_type"] == "stall" and stall["recovery"] == "progressed"
+    frozen_until = trace["freeze_at"] + trace["freeze_steps"]
+    assert trace["freeze_at"] < stall["step"] < frozen_until < stall["recovered_step"]
+    at_stall = steps[stall["step"]]["goal_distance"]
+    progressed = next(s["t"] for s in steps[stall["step"] + 1:]
+                      if s["goal_distance"] <= at_stall - CFG.stall_min_progress_m
+                      or s["goal_distance"] <= CFG.goal_reached_m)
+    assert stall["recovered_step"] == progressed
+
+
+# -- recovery: hand-built ---------------------------------------------------------------------------
+
+def outcomes_for(scene: Scene, end: dict | None = None) -> list[tuple[str, int, int, str]]:
+    det = detector(scene)
+    for s in scene.steps:
+        det.on_step(s)
+    if end is not None:
+        det.on_end(end)
+    return [(o["failure_type"], o["step"], o["recovered_step"], o["recovery"]) for o in det.outcomes()]
+
+
+def test_a_slip_and_its_drop_are_recovered_when_the_cube_is_grasped_again():
+    scene = Scene().approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5)
+    scene.command = -1.0
+    scene.hold(4, opening=OPEN_M)
+    scene.move_to(list(scene.cube), 6)  # back down to the fallen cube
+    regrasp = scene.t
+    scene.close_on_cube(11).lift_by(0.10, 10).hold(5)
+    got = outcomes_for(scene, ended(scene, success=True))
+    assert [(ftype, how) for ftype, _, _, how in got] == [("slip", "regrasped"), ("drop", "regrasped")]
+    held = regrasp + 3 + CFG.held_min_steps  # touched on the 4th closing step, held after held_min_steps
+    assert {recovered for _, _, recovered, _ in got} == {held}
+
+
+def test_a_stall_that_never_resumes_stays_unrecovered():
+    scene = Scene()
+    scene.move_to([0.0, 0.0, 0.95], 4)
+    scene.hold(CFG.stall_window_steps + 30)
+    assert outcomes_for(scene) == [("stall", 3 + CFG.stall_window_steps, -1, "")]
+
+
+def test_out_of_reach_is_recovered_when_the_hand_gets_to_the_target():
+    stretched = [0.03, 0.9, 0.0, -0.10, -0.03, 2.98, 0.84]
+    scene = Scene().hold(4).hold(6, joints=stretched)
+    scene.joints = [0.03, 0.9, 0.0, -2.0, -0.03, 2.98, 0.84]
+    scene.move_to([0.0, 0.0, 0.95], 10)
+    arrived = next(s["t"] for s in scene.steps if math.hypot(s["eef_pos"][0], s["eef_pos"][1]) < CFG.reach_gap_m)
+    assert outcomes_for(scene) == [("out_of_reach", 4 + CFG.limit_min_steps - 1, arrived, "reached")]
+
+
+def test_harm_is_never_recovered_even_in_a_successful_episode():
+    scene = Scene().hold(3).hold(3, extra_contacts=[{"a": "gripper", "b": "table", "normal_force": 25.0}])
+    scene.extra_contacts = []
+    clean_lift(scene)
+    assert outcomes_for(scene, ended(scene, success=True)) == [("collision", 3, -1, "")]

@@ -1,6 +1,6 @@
-"""The agents' pure cores, fed Confluent-framed bytes as the broker would deliver them: routing to
-per-episode detectors, dead letters, out-of-order arrival, and gathering failed episodes for
-clustering. No broker."""
+"""The detector agent's pure core, fed Confluent-framed bytes as the broker would deliver them:
+routing to per-episode detectors, dead letters, out-of-order arrival. No broker. (The clusterer's
+core: test_cluster_stage.py.)"""
 
 from __future__ import annotations
 
@@ -9,20 +9,16 @@ import math
 import random
 
 import pytest
-from failure_traces import Scene, clean_lift, ended
+from failure_traces import Scene, ended
 
 from producers.synthetic import episodes as synthetic_episodes
 from producers.synthetic import interleaved
 from producers.synthetic import scenario as synthetic_scenario
 from schemas.codec import Codec
-from schemas.events import make_event
+from schemas.events import make_event, stable_id
 from streams.deadletter import RawMessage
-from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
-from streams.failures.collector import ClusterStage, CollectorConfig
-from streams.failures.detector import DetectorConfig, EpisodeDetector
-from streams.failures.embedding import EmbeddingConfig, feature_names
-from streams.failures.router import DetectorStage, RouterConfig
-from streams.failures.summaries import FeatureDescriber, LlmSummarizer
+from streams.failures.detector import DETECTOR_VERSION, DetectorConfig, EpisodeDetector
+from streams.failures.router import DetectorStage, RouterConfig, empty_scenario
 
 PREFIX = "t."
 CODEC = Codec()
@@ -69,6 +65,15 @@ def decoded(outgoing) -> list[tuple[str, bytes, dict]]:
     return [(o.topic, o.key, CODEC.decode(o.value)) for o in outgoing]
 
 
+def on(topic: str, outgoing) -> list[dict]:
+    """The decoded events of ``outgoing`` sent to ``topic``."""
+    return [e for t, _, e in decoded(outgoing) if t == topic]
+
+
+def moment_types(outgoing) -> list[str]:
+    return [e["failure_type"] for e in on("failures.moments", outgoing)]
+
+
 def slip_scene(episode_id="ep-1") -> Scene:
     return Scene(episode_id=episode_id).approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5).hold(3)
 
@@ -85,7 +90,9 @@ def test_moments_are_published_keyed_by_episode_as_soon_as_their_step_arrives():
     out += stage.process([wire.event(ended(scene, success=False))])
     slip_step = next(i for i, o in enumerate(per_step) if o)
     assert [(t, k, e["failure_type"]) for t, k, e in per_step[slip_step]] == [("failures.moments", b"ep-1", "slip")]
-    assert [e["failure_type"] for _, _, e in decoded(out)] == ["timeout"]
+    assert [(t, k, e["envelope"]["event_type"]) for t, k, e in decoded(out)] == [
+        ("failures.moments", b"ep-1", "FailureMoment"), ("failures.episodes", b"ep-1", "EpisodeAnalysed")]
+    assert moment_types(out) == ["timeout"]
     assert stage.episodes == {} and stage.stats["finished"] == 1
 
 
@@ -142,8 +149,14 @@ def test_an_end_whose_last_steps_never_come_is_finished_after_the_grace_period()
     clock.now += 9.0
     assert stage.tick() == []
     clock.now += 2.0
-    assert [e["failure_type"] for _, _, e in decoded(stage.tick())] == ["timeout"]
+    out = stage.tick()
+    assert moment_types(out) == ["timeout"]
     assert stage.stats["ended_with_missing_steps"] == 1
+    (analysed,) = on("failures.episodes", out)
+    assert analysed["analysed"] is True
+    assert analysed["reason"] == (f"steps missing: {len(scene.steps) - 5} of {len(scene.steps)} arrived "
+                                  f"(last t={len(scene.steps) - 6}) within the end grace of 10 s")
+    assert [m["failure_type"] for m in analysed["moments"]] == ["slip", "drop", "timeout"]
 
 
 def test_a_tail_of_an_episode_decided_before_is_ignored_and_redelivery_adds_nothing():
@@ -157,7 +170,7 @@ def test_a_tail_of_an_episode_decided_before_is_ignored_and_redelivery_adds_noth
     msgs = [wire.event(started(full))] + [wire.event(s) for s in full.steps] + \
         [wire.event(ended(full, success=False))]
     first = stage.process(msgs)
-    assert len(first) == 3
+    assert moment_types(first) == ["slip", "drop", "timeout"] and len(on("failures.episodes", first)) == 1
     after = stage.stats["after_finish"]
     assert stage.process(msgs) == []  # at-least-once re-delivery of the whole episode
     assert stage.stats["after_finish"] == after + len(msgs)
@@ -233,8 +246,10 @@ def test_an_end_whose_steps_were_all_committed_before_is_ignored_after_the_grace
     empty = Scene(episode_id="ep-0")  # an episode of zero steps is analysed at its end, as the detector does
     out = stage.process([wire.event(started(empty)), wire.event(ended(empty, success=False, steps=0))])
     alone = EpisodeDetector(DetectorConfig(), "ep-0", "scn-1", "model-1").on_end(ended(empty, False, steps=0))
-    assert [e["envelope"]["event_id"] for _, _, e in decoded(out)] == [m["envelope"]["event_id"] for m in alone]
-    assert stage.stats["finished"] == 1 and stage.episodes == {} and len(out) == 1
+    assert [e["envelope"]["event_id"] for e in on("failures.moments", out)] == \
+        [m["envelope"]["event_id"] for m in alone]
+    assert stage.stats["finished"] == 1 and stage.episodes == {} and len(out) == 2
+    assert [e["episode_id"] for e in on("failures.episodes", out)] == ["ep-0"]  # not ep-1: decided before
 
 
 def test_an_early_end_waits_while_its_partition_has_a_backlog():
@@ -248,7 +263,7 @@ def test_an_early_end_waits_while_its_partition_has_a_backlog():
         clock.now += 30.0
         assert stage.tick(backlogged={STEPS_TP}) == []
     out = stage.process([wire.event(s) for s in scene.steps[5:]])
-    assert [e["failure_type"] for _, _, e in decoded(out)] == ["slip", "drop", "timeout"]
+    assert moment_types(out) == ["slip", "drop", "timeout"]
 
 
 def test_the_episode_holding_back_the_most_messages_is_dropped_beyond_the_bound():
@@ -266,12 +281,12 @@ def test_forgetting_after_a_rebalance_keeps_decided_episodes_decided():
     wire, stage = Wire(), detector_stage()
     a, b = slip_scene("ep-a"), slip_scene("ep-b")
     first = [wire.event(started(a))] + [wire.event(s) for s in a.steps] + [wire.event(ended(a, success=False))]
-    assert len(stage.process(first + [wire.event(started(b)), wire.event(b.steps[0])])) == 3
+    assert len(stage.process(first + [wire.event(started(b)), wire.event(b.steps[0])])) == 4  # 3 moments, 1 analysed
     stage.forget()
     assert stage.episodes == {} and stage.releasable() == {} and stage.stats["forgotten"] == 1
     assert stage.process(first) == []  # faust seeks back: a comes again, b from its start
     again = [wire.event(started(b))] + [wire.event(s) for s in b.steps] + [wire.event(ended(b, success=False))]
-    assert [e["failure_type"] for _, _, e in decoded(stage.process(again))] == ["slip", "drop", "timeout"]
+    assert moment_types(stage.process(again)) == ["slip", "drop", "timeout"]
 
 
 def _traffic(seed: int) -> list[dict]:
@@ -310,7 +325,7 @@ def test_a_crash_at_any_commit_then_a_restart_emits_every_moment_the_detector_fi
     messages = {tp: [RawMessage(tp[0], tp[1], offset, e["episode_id"].encode(), CODEC.encode(e))
                      for offset, (_, e) in enumerate(sorted(queue, key=lambda x: x[0]))]
                 for tp, queue in appended.items()}
-    expected = {}
+    expected, analysed = {}, {}
     for episode_id in dict.fromkeys(e["episode_id"] for e in events):
         start, *steps, end = [CODEC.decode(CODEC.encode(e)) for e in events if e["episode_id"] == episode_id]
         detector = EpisodeDetector(DetectorConfig(), episode_id, start["scenario_id"], start["model_id"])
@@ -318,15 +333,22 @@ def test_a_crash_at_any_commit_then_a_restart_emits_every_moment_the_detector_fi
             detector.on_step(step)
         detector.on_end(end)
         expected.update((m["envelope"]["event_id"], CODEC.encode(m)) for m in detector.moments)
+        alone = detector_stage().process([Wire().event(e) for e in (start, *steps, end)])
+        (analysed[episode_id],) = [o.value for o in alone if o.topic == "failures.episodes"]
 
     clock, out = Clock(), []
     first = detector_stage(clock)
     pending = {tp: list(queue) for tp, queue in messages.items()}
     committed, survived = {tp: 0 for tp in messages}, 0
+    ends = {tp: {m.offset: m.key.decode() for m in queue if CODEC.decode(m.value)["envelope"]["event_type"]
+                 == "EpisodeEnded"} for tp, queue in messages.items()}
     for _ in range(rng.randint(1, 25)):  # the commits faust makes, then the crash
         _deliver(rng, pending, first, clock, out, stop_after=rng.randint(1, 4))
         committed.update(first.releasable())
         survived = len(out)
+        # nothing is acknowledged before its effect was handed over: a committed end's analysis is out
+        told = {o.key.decode() for o in out if o.topic == "failures.episodes"}
+        assert {ends[tp][o] for tp in ends for o in ends[tp] if o < committed[tp]} <= told
     out = out[:rng.randint(survived, len(out))]
 
     second = detector_stage(clock)
@@ -337,130 +359,100 @@ def test_a_crash_at_any_commit_then_a_restart_emits_every_moment_the_detector_fi
     emitted = [(CODEC.decode(o.value)["envelope"]["event_id"], o.value) for o in out if o.topic == "failures.moments"]
     assert {event_id for event_id, _ in emitted} == set(expected)
     assert all(value == expected[event_id] for event_id, value in emitted)
+    told = [(o.key.decode(), o.value) for o in out if o.topic == "failures.episodes"]
+    assert {episode_id for episode_id, _ in told} == set(analysed)  # every ended episode, at least once
+    assert all(value == analysed[episode_id] for episode_id, value in told)  # byte for byte the same
     assert not {"joined_late", "not_analysed", "ended_with_missing_steps", "idle_dropped", "evicted"} & set(
         first.stats | second.stats)
     assert second.episodes == {}
 
 
-# -- cluster stage -------------------------------------------------------------------------------
+# -- EpisodeAnalysed --------------------------------------------------------------------------------
 
-def cluster_stage(clock, **collector) -> ClusterStage:
-    ecfg = EmbeddingConfig()
-    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=10), FeatureDescriber(ecfg), "run-s")
-    return ClusterStage(clusterer, ecfg, CollectorConfig(**collector), PREFIX, "run-s", clock=clock)
-
-
-def episode_messages(wire: Wire, scene: Scene, success: bool) -> tuple[list, list]:
-    """(rollout.episodes messages, failures.moments messages) for one episode, via the detector."""
-    stage = detector_stage()
-    w = Wire()
-    out = stage.process([w.event(started(scene))] + [w.event(s) for s in scene.steps]
-                        + [w.event(ended(scene, success=success))])
-    moments = [wire.raw("failures.moments", scene.episode_id, o.value) for o in out if o.topic == "failures.moments"]
-    return [wire.event(started(scene)), wire.event(ended(scene, success=success))], moments
+def recovering_scene(episode_id="ep-1") -> Scene:
+    """Misses beside the cube, reopens, grasps it and lifts: a success after a recovery."""
+    scene = Scene(episode_id=episode_id)
+    scene.move_to([0.06, 0.0, 0.93], 20).move_to([0.06, 0.0, 0.83], 10).close_empty(12)
+    return scene.approach(30).close_on_cube(11).lift_by(0.15, 15).hold(10)
 
 
-def test_timeout_failures_are_embedded_once_their_timeout_moment_is_in_whatever_the_arrival_order():
+def test_each_ended_episode_gets_one_episode_analysed_with_its_end_scenario_and_moments():
+    scene, spec = recovering_scene(), synthetic_scenario(3)
+    wire, stage = Wire(), detector_stage()
+    end = ended(scene, success=True)
+    out = stage.process([wire.event(started(scene, spec))] + [wire.event(s) for s in scene.steps]
+                        + [wire.event(end)])
+    moments = on("failures.moments", out)
+    assert [(t, k) for t, k, _ in decoded(out)][-1] == ("failures.episodes", b"ep-1")  # after the moments
+    (a,) = on("failures.episodes", out)
+    assert a["envelope"]["event_id"] == stable_id("EpisodeAnalysed", "ep-1")
+    assert a["envelope"]["event_time"] == end["envelope"]["event_time"]  # the input's time: re-emittable
+    assert a["envelope"]["run_id"] == end["envelope"]["run_id"] and a["envelope"]["producer"] == "failure-detector"
+    assert a["scenario"] == CODEC.decode(CODEC.encode(started(scene, spec)))["scenario"]
+    assert a["quality"] == end["quality"]
+    assert (a["episode_id"], a["scenario_id"], a["model_id"], a["success"], a["termination"], a["steps"]) == \
+        ("ep-1", "scn-1", "model-1", True, "success", scene.t)
+    assert (a["analysed"], a["reason"], a["detector_version"]) == (True, "", DETECTOR_VERSION)
+    assert [(m["moment_id"], m["failure_type"], m["step"], m["severity"], m["features"]) for m in a["moments"]] == \
+        [(m["envelope"]["event_id"], m["failure_type"], m["step"], m["severity"], m["features"]) for m in moments]
+    (miss,) = a["moments"]
+    assert miss["failure_type"] == "grasp_miss" and miss["recovery"] == "regrasped"
+    assert miss["step"] < miss["recovered_step"] < scene.t
+    again = detector_stage().process([Wire().event(e) for e in [started(scene, spec), *scene.steps, end]])
+    assert [o.value for o in again if o.topic == "failures.episodes"] == \
+        [o.value for o in out if o.topic == "failures.episodes"]  # a re-read re-emits it byte for byte
+
+
+def test_an_episode_whose_start_never_came_is_analysed_with_an_empty_scenario():
+    scene = slip_scene()
+    wire, stage = Wire(), detector_stage()
+    out = stage.process([wire.event(s) for s in scene.steps] + [wire.event(ended(scene, success=False))])
+    (a,) = on("failures.episodes", out)
+    assert a["analysed"] is True and [m["failure_type"] for m in a["moments"]] == ["slip", "drop", "timeout"]
+    assert a["scenario"] == empty_scenario()
+    assert (a["scenario"]["scenario_id"], a["scenario"]["env_name"], a["scenario"]["horizon"]) == ("", "", 0)
+    assert a["scenario_id"] == "scn-1"  # the end says which scenario it was
+
+
+def test_an_episode_with_too_many_steps_before_its_start_is_told_not_analysed():
+    scene = slip_scene()
+    wire, stage = Wire(), detector_stage(max_buffered_steps=10)
+    out = stage.process([wire.event(s) for s in scene.steps[:20]] + [wire.event(started(scene))]
+                        + [wire.event(s) for s in scene.steps[20:]] + [wire.event(ended(scene, success=False))])
+    assert on("failures.moments", out) == []
+    (a,) = on("failures.episodes", out)
+    assert (a["analysed"], a["reason"], a["moments"]) == (False, "more than 10 steps before EpisodeStarted", [])
+    assert a["termination"] == "timeout" and a["scenario"]["scenario_id"] == started(scene)["scenario"]["scenario_id"]
+
+
+def test_an_ended_episode_dropped_by_a_memory_bound_is_analysed_with_what_it_had():
+    wire, stage = Wire(), detector_stage(max_open_episodes=1)
+    a, b = slip_scene("ep-a"), slip_scene("ep-b")
+    stage.process([wire.event(started(a))] + [wire.event(s) for s in a.steps[:-3]]
+                  + [wire.event(ended(a, success=False))])  # its last 3 steps are late
+    assert stage.releasable()[EPISODES_TP] == 0
+    out = stage.process([wire.event(started(b))])  # a second open episode: a is dropped
+    (told,) = on("failures.episodes", out)
+    assert told["episode_id"] == "ep-a" and told["analysed"] is True
+    assert told["reason"].startswith(f"steps missing: {len(a.steps) - 3} of {len(a.steps)} arrived")
+    assert told["reason"].endswith("when it was dropped: more than 1 open episodes")
+    assert moment_types(out) == ["timeout"] and stage.stats["evicted"] == 1
+    assert stage.releasable()[EPISODES_TP] == 2  # a's messages go in the call that published its analysis
+
+
+def test_an_end_that_waits_is_acknowledged_only_with_the_call_that_publishes_its_analysis():
     clock = Clock()
-    stage = cluster_stage(clock)
+    stage = detector_stage(clock, end_grace_s=10.0)
     wire = Wire()
-    out = []
-    for i in range(12):
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        # the detector lags behind the episodes topic for half of them (a backlog at start-up)
-        out += stage.process(episodes + moments if i % 2 else episodes[:1] + moments[:1] + episodes[1:])
-        if i % 2 == 0:
-            assert stage.stats["embedded"] == i  # its end is in, its timeout moment is not: it waits
-            out += stage.process(moments[1:])
-        ok_episodes, _ = episode_messages(wire, clean_lift(Scene(episode_id=f"ok-{i}")), success=True)
-        out += stage.process(ok_episodes)
-    assert stage.stats["embedded"] == 12 and stage.stats["not_failures"] == 12 and stage.open == {}
-    assert stage.stats["late_moments"] == 0
-    events = decoded(out)
-    assert all(topic == "failures.clusters" and key == e["cluster_id"].encode() for topic, key, e in events)
-    updated = [e for _, _, e in events if e["envelope"]["event_type"] == "ClusterUpdated"]
-    assigned = [e for _, _, e in events if e["envelope"]["event_type"] == "ClusterAssigned"]
-    assert len(updated) == 1 and updated[0]["dominant_failure_type"] == "slip" and updated[0]["size"] == 10
-    # 10 assigned by the re-clustering at the 10th add, the last 2 at once: their micro-cluster has a cluster
-    assert sorted(e["episode_id"] for e in assigned) == sorted(f"slip-{i}" for i in range(12))
-    slip_dim = feature_names().index("type:slip")
-    assert all(e["embedding"][slip_dim] > 0 for e in assigned)  # every moment was in when embedded
-    clock.now += CollectorConfig().recluster_interval_s
-    assert stage.tick() == [] and stage.clusterer.pending == 0
-
-
-def test_other_failures_settle_after_their_last_moment_and_later_moments_are_counted_late():
-    clock = Clock()
-    stage = cluster_stage(clock, settle_s=5.0)
-    wire = Wire()
-    scene = Scene().approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5)
-    episodes, moments = episode_messages(wire, scene, success=False)
-    end = ended(scene, success=False, termination="policy_error")
-    stage.process([episodes[0], wire.event(end), moments[0]])  # slip
-    clock.now += 4.0
-    stage.process([moments[1]])  # drop, 4 s later: the wait restarts
-    clock.now += 4.0
-    stage.tick()
-    assert stage.stats["embedded"] == 0
-    clock.now += 1.0
-    stage.tick()
-    assert stage.stats["embedded"] == 1
-    stage.process([wire.raw("failures.moments", "ep-1", moments[0].value)])
-    assert stage.stats["late_moments"] == 1
-
-
-def test_cluster_stage_dead_letters_garbage_as_the_clusterer():
-    clock = Clock()
-    stage = cluster_stage(clock)
-    wire = Wire()
-    out = decoded(stage.process([wire.raw("failures.moments", "x", b"junk")]))
-    assert [(t, e["consumer"], e["source_topic"]) for t, _, e in out] == \
-        [("deadletter", "failure-clusterer", "t.failures.moments")]
-
-
-def test_llm_summaries_are_requested_off_the_loop_and_published_for_the_current_revision():
-    from test_failure_clusterer import FakeChat
-
-    clock = Clock()
-    ecfg = EmbeddingConfig()
-    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=10), FeatureDescriber(ecfg), "run-s")
-    stage = ClusterStage(clusterer, ecfg, CollectorConfig(settle_s=0.0), PREFIX, "run-s", clock=clock,
-                         want_llm_summaries=True)
-    wire = Wire()
-    for i in range(10):
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        stage.process(episodes + moments)
-    (request,) = stage.take_summary_requests()
-    llm = LlmSummarizer(FakeChat("Lifted cubes slip out of the closed gripper and fall."), model="m")
-    message = stage.llm_summary(request, llm.summarize(request.stats, request.feature_summary))
-    event = CODEC.decode(message.value)
-    assert event["summary_source"] == "llm" and event["cluster_id"] == request.cluster_id
-    assert event["envelope"]["event_id"] != ""
-    for i in range(10, 20):  # the cluster changes: the old request is stale
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        stage.process(episodes + moments)
-    assert stage.llm_summary(request, "stale") is None
-
-
-@pytest.mark.parametrize("field,value", [("settle_s", -1.0), ("max_open_episodes", 0)])
-def test_collector_config_refuses_bad_values(field, value):
-    from streams.exceptions import ConfigError
-
-    with pytest.raises(ConfigError, match=field):
-        CollectorConfig(**{field: value})
-
-
-def test_a_quiet_stream_is_reclustered_after_the_interval():
-    clock = Clock()
-    stage = cluster_stage(clock, settle_s=0.0, recluster_interval_s=30.0)
-    wire = Wire()
-    for i in range(5):  # fewer than recluster_every
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        assert stage.process(episodes + moments) == []
-    assert stage.clusterer.pending == 5
-    clock.now += 30.0
-    events = [e for _, _, e in decoded(stage.tick())]
-    assert sorted(e["envelope"]["event_type"] for e in events) == ["ClusterAssigned"] * 5 + ["ClusterUpdated"]
+    scene = slip_scene()
+    stage.process([wire.event(started(scene))] + [wire.event(s) for s in scene.steps[:-1]]
+                  + [wire.event(ended(scene, success=False))])
+    assert stage.releasable() == {EPISODES_TP: 0, STEPS_TP: 0}
+    clock.now += 5.0
+    assert stage.tick() == [] and stage.releasable() == {EPISODES_TP: 0, STEPS_TP: 0}
+    out = stage.process([wire.event(scene.steps[-1])])
+    assert len(on("failures.episodes", out)) == 1
+    assert stage.releasable() == {EPISODES_TP: 2, STEPS_TP: len(scene.steps)}
 
 
 def test_a_step_the_detector_cannot_read_is_dead_lettered_not_fatal():

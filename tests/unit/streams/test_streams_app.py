@@ -24,8 +24,12 @@ def config(app_module, tmp_path: Path, **over):
                                     data_dir=tmp_path / "faust", **over)
 
 
+def no_consumers(extra: dict):
+    raise AssertionError("building an app must not read the broker")
+
+
 def test_defaults_follow_the_platform_notes(app_module, tmp_path):
-    app = app_module.make_app(config(app_module, tmp_path))
+    app = app_module.make_app(config(app_module, tmp_path), consumer_factory=no_consumers)
     assert app.conf.broker_session_timeout == 6.0
     assert app.conf.processing_guarantee.value == "at_least_once"
     assert [str(u) for u in app.conf.broker] == ["kafka://127.0.0.1:9092", "kafka://127.0.0.1:9093"]
@@ -35,8 +39,14 @@ def test_defaults_follow_the_platform_notes(app_module, tmp_path):
     detector = app.agents["failure-detector"]
     assert set(detector.channel.topics) == {"x.rollout.steps", "x.rollout.episodes"}
     assert detector.channel.value_serializer == "raw" and detector.channel.key_serializer == "raw"
-    assert set(app.agents["failure-clusterer"].channel.topics) == {"x.failures.moments", "x.rollout.episodes"}
+    assert set(app.agents["failure-clusterer"].channel.topics) == {"x.failures.episodes"}  # one partition
+    assert app.failure_clusterer_seat.tp == ("x.failures.episodes", 0)
     assert (tmp_path / "faust").is_dir()
+
+
+def test_the_clusterer_needs_a_consumer_factory_to_restore_from(app_module, tmp_path):
+    with pytest.raises(ConfigError, match="consumer_factory"):
+        app_module.make_app(config(app_module, tmp_path))
 
 
 def test_exactly_once_is_refused_with_the_reason_and_nonsense_too(app_module, tmp_path):
