@@ -686,6 +686,36 @@ def clusters(store: EvidenceStore, *, as_of_position: int | None = None, include
     return sorted(out, key=lambda c: (-c.size, c.cluster_id))
 
 
+def cluster_events(store: EvidenceStore, *, before_position: int) -> list[dict]:
+    """The latest ClusterUpdated of every cluster before ``before_position`` (size 0 included), as
+    records with the fields a mutator seeds from: what a cycle opened at that position sees."""
+    cols = ("cluster_id", "size", "revision", "position", "dominant_failure_type", "failure_types", "root_types",
+            "model_counts", "scenario_counts", "site", "representative_episode_id", "representative_scenario_id",
+            "representative_scenario")
+    rows = store.query(
+        f"SELECT {', '.join(f'argMax({c}, position)' if c != 'cluster_id' else c for c in cols)} "
+        "FROM {database}.failure_clusters FINAL WHERE envelope.event_type = 'ClusterUpdated' "
+        "AND position < {p:Int64} GROUP BY cluster_id ORDER BY cluster_id", parameters={"p": int(before_position)})
+    out = []
+    for r in rows:
+        record = dict(zip(cols, r, strict=True))
+        for name in ("failure_types", "root_types", "model_counts", "scenario_counts", "site",
+                     "representative_scenario"):
+            record[name] = dict(record[name])
+        out.append(record)
+    return out
+
+
+def cluster_log_length(store: EvidenceStore) -> int:
+    """How many of the clusterer's output positions the log holds from 0 without a gap (the next
+    position to come, once the sink has caught up)."""
+    n, top = store.query("SELECT uniqExact(position), max(position) FROM {database}.failure_clusters FINAL")[0]
+    n = int(n)
+    if n == 0:
+        return 0
+    return n if int(top) == n - 1 else min(n, int(top) + 1)
+
+
 def noise_episodes(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> int:
     """Failed episodes whose latest assignment (by position) is "noise": clustered with nothing yet."""
     params: dict = {}
