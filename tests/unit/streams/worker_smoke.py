@@ -1,7 +1,7 @@
 """Manual smoke test of the faust worker against the embedded broker (not collected by pytest).
 
 Starts Tansu, creates the catalog's topics, publishes synthetic episodes plus one undecodable
-message, runs ``faust -A streams.app worker`` (settings from SEPA_* like any deployment), and reads
+message, runs ``faust -A infra.streams_worker worker`` (settings from SEPA_* like any deployment), and reads
 failures.moments, failures.clusters and deadletter until clusters appear or the time is up.
 
 Usage:
@@ -27,6 +27,8 @@ from producers.publisher import Publisher
 from schemas.codec import Codec
 
 ROOT = Path(__file__).resolve().parents[3]
+# What `sepa-eval up` runs (infra/processes.py): the faust edge with its web server off.
+STREAMS_WORKER = [sys.executable, "-m", "faust", "-A", "infra.streams_worker", "worker", "--without-web", "-l", "info"]
 
 
 def main(episodes: int, seconds: float) -> int:
@@ -44,7 +46,7 @@ def main(episodes: int, seconds: float) -> int:
         env = dict(os.environ, SEPA_BOOTSTRAP_SERVERS=boot, SEPA_MEMORY_DIR=str(work / "mem"))
         t0 = time.monotonic()
         with open(work / "worker.log", "w") as log:
-            worker = subprocess.Popen([sys.executable, "-m", "faust", "-A", "streams.app", "worker", "-l", "info"],
+            worker = subprocess.Popen(STREAMS_WORKER,
                                       cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         codec = Codec()
         reader = Consumer({"bootstrap.servers": boot, "group.id": "smoke-reader", "auto.offset.reset": "earliest",
