@@ -223,15 +223,16 @@ def up(settings: Settings) -> UpResult:
             bootstrap = settings.bootstrap_servers or state.bootstrap
             require_broker(bootstrap, settings.broker_timeout_s, broker_source(settings))
             ensure_topics(bootstrap, settings.topic_prefix, timeout=settings.broker_timeout_s)
-            offsets: dict[str, int] = {}
+            spawned: dict[str, tuple[subprocess.Popen, int]] = {}  # name -> (process, where its log began)
             for child in CHILDREN:
                 if not state.alive(child):
-                    offsets[child.name] = _log_size(child.log(settings))
-                    pid = _spawn(settings, child, bootstrap)
-                    state.set_pid(child, pid)
-                    started.append((child.label, pid))
+                    offset = _log_size(child.log(settings))
+                    process = _spawn(settings, child, bootstrap)
+                    spawned[child.name] = (process, offset)
+                    state.set_pid(child, process.pid)
+                    started.append((child.label, process.pid))
             state.write(settings)
-            ready = _wait_ready(settings, state, offsets)
+            ready = _wait_ready(settings, state, spawned)
             state.store_url = ready[PIPELINE.name].get("store_url")
             state.streams_web = ready[STREAMS.name].get("web")
             state.write(settings)
@@ -274,16 +275,17 @@ def command(settings: Settings, child: Child) -> list[str]:
     raise ValueError(f"no command for {child}")
 
 
-def _spawn(settings: Settings, child: Child, bootstrap: str) -> int:
+def _spawn(settings: Settings, child: Child, bootstrap: str) -> subprocess.Popen:
     with open(child.log(settings), "ab") as log:
-        process = subprocess.Popen(command(settings, child), stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True,
-                                   cwd=settings.run_dir.resolve(), env=child_environ(settings, bootstrap))
-    return process.pid
+        return subprocess.Popen(command(settings, child), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                cwd=settings.run_dir.resolve(), env=child_environ(settings, bootstrap))
 
 
-def _wait_ready(settings: Settings, state: RunState, offsets: dict[str, int]) -> dict[str, dict]:
-    """Every child's ready file, waiting up to ready_timeout_s; names the first that died or is late."""
+def _wait_ready(settings: Settings, state: RunState,
+                spawned: dict[str, tuple[subprocess.Popen, int]]) -> dict[str, dict]:
+    """Every child's ready file, waiting up to ready_timeout_s; names the first that died or is late
+    (children an earlier `up` started are only watched for their ready file and their pid)."""
     deadline = time.monotonic() + settings.ready_timeout_s
     ready: dict[str, dict] = {}
     while True:
@@ -292,28 +294,21 @@ def _wait_ready(settings: Settings, state: RunState, offsets: dict[str, int]) ->
                 continue
             pid = state.pid_of(child)
             path = ready_path(settings, child.name, pid)
+            process, offset = spawned.get(child.name, (None, 0))
             if path.exists():
                 ready[child.name] = json.loads(path.read_text())
-            elif not state.alive(child):
-                code = _exit_code(pid)
+            elif (process.poll() is not None) if process is not None else not state.alive(child):
+                code = f" with code {process.returncode}" if process is not None else ""
                 raise PipelineError(f"the {child.label} (pid {pid}) exited{code} before it was ready; "
-                                    f"{_log_tail(child.log(settings), offsets.get(child.name, 0))}")
+                                    f"{_log_tail(child.log(settings), offset)}")
         if len(ready) == len(CHILDREN):
             return ready
         if time.monotonic() > deadline:
             late = [c for c in CHILDREN if c.name not in ready]
             raise PipelineError(f"the {', '.join(c.label for c in late)} did not say it was ready within "
                                 f"{settings.ready_timeout_s:g} s (ready_timeout_s); "
-                                f"{_log_tail(late[0].log(settings), offsets.get(late[0].name, 0))}")
+                                f"{_log_tail(late[0].log(settings), spawned.get(late[0].name, (None, 0))[1])}")
         time.sleep(0.1)
-
-
-def _exit_code(pid: int) -> str:
-    try:
-        _, status = os.waitpid(pid, os.WNOHANG)
-        return f" with code {os.waitstatus_to_exitcode(status)}" if status else ""
-    except ChildProcessError:
-        return ""
 
 
 def _log_size(path: Path) -> int:
