@@ -216,6 +216,10 @@ def up(settings: Settings) -> UpResult:
         started: list[tuple[str, int]] = []  # (label, pid), in start order
         try:
             if settings.embedded_broker and not state.broker_alive:
+                for child in CHILDREN:  # still talking to the broker that is gone: start them afresh
+                    if state.alive(child):
+                        stop_child(state.pid_of(child))
+                    state.set_pid(child, None)
                 broker = TansuBroker(settings.run_dir / "broker.log").start(detach=True)
                 state.broker_pid, state.bootstrap = broker.process.pid, broker.bootstrap_servers
                 started.append(("embedded broker", broker.process.pid))

@@ -57,7 +57,7 @@ def run(ctx: typer.Context, episodes: int = typer.Option(4, min=1, help="episode
                 progress=lambda done, total: bar.update(task, completed=done, total=total))
         state = derived_state(store)
         text = render_markdown(state, scores(store))
-    except (InfraError, EvidenceError, ProducerError, ConfigError, ValueError) as exc:
+    except (InfraError, EvidenceError, ProducerError, ConfigError, ValueError, OSError) as exc:
         if isinstance(exc, WaitTimeout):
             exc = WaitTimeout(f"{exc}; see {settings.run_dir / 'streams.log'} and "
                                            f"{settings.run_dir / 'rollout.log'}")

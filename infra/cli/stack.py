@@ -25,7 +25,7 @@ def up(ctx: typer.Context):
     settings = settings_of(ctx)
     try:
         result = processes.up(settings)
-    except (InfraError, EvidenceError, ConfigError) as exc:
+    except (InfraError, EvidenceError, ConfigError, OSError) as exc:
         fail(exc)
     state = result.state
     what = (f"broker {settings.bootstrap_servers or state.bootstrap}; pipeline pid {state.pipeline_pid}; "
@@ -42,7 +42,7 @@ def down(ctx: typer.Context):
     """Stop the streams and rollout workers, the pipeline, then the embedded broker."""
     try:
         stopped = processes.down(settings_of(ctx))
-    except InfraError as exc:
+    except (InfraError, OSError) as exc:
         fail(exc)
     console.print("stopped " + ", ".join(stopped) if stopped else "nothing was running")
 
