@@ -31,3 +31,7 @@ class LockBusy(InfraError):
 
 class WaitTimeout(InfraError):
     """Events a command waits for did not land in the evidence log in time; names what is missing."""
+
+
+class RequestRefused(InfraError):
+    """A rollout worker dead-lettered a request a command waits on; carries its reason."""

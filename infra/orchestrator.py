@@ -25,10 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from consumers.evidence.store import EvidenceStore
-from infra.exceptions import WaitTimeout
+from infra import processes
+from infra.exceptions import NotRunning, RequestRefused, WaitTimeout
+from infra.settings import Settings
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request
 from producers.sim.models import ModelConfig
+from schemas.catalog import BY_NAME
 from schemas.events import make_event
 
 POLL_S = 0.5
@@ -43,6 +46,24 @@ Check = Callable[[], None]  # raises when a process the wait relies on has died
 
 def deadline_in(seconds: float) -> float:
     return time.monotonic() + seconds
+
+
+def still_coming(settings: Settings, store: EvidenceStore, requests: list[dict]) -> Check:
+    """A check for the waits: the rollout worker and the pipeline still run, and no request was
+    refused by the rollout worker (dead-lettered: its episodes will never come)."""
+    state = processes.RunState.read(settings)
+    topic = BY_NAME["rollout.requests"].full_name(settings.topic_prefix)
+
+    def check() -> None:
+        for child in (processes.ROLLOUT, processes.PIPELINE):
+            if state.pid_of(child) is not None and not state.alive(child):
+                raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped; "
+                                 f"see {child.log(settings)}")
+        refused = refused_requests(store, topic, [r["request_id"] for r in requests])
+        if refused:
+            raise RequestRefused("; ".join(f"the rollout worker refused {rid}: {reason}"
+                                           for rid, reason in refused.items()))
+    return check
 
 
 def register_models(publisher: Publisher, models: list[ModelConfig], producer: str = "sync-models") -> None:
@@ -200,6 +221,13 @@ def settle_state(store: EvidenceStore, request_ids: list[str]) -> SettleState:
         "WHERE envelope.event_type = 'ClusterAssigned' AND intake AND has({episodes:Array(String)}, episode_id)",
         {"episodes": failed})} if failed else set()
     return SettleState(ended, analysed, clustered)
+
+
+def refused_requests(store: EvidenceStore, requests_topic: str, request_ids: list[str]) -> dict[str, str]:
+    """request_id -> reason, for requests a rollout worker dead-lettered (their episodes never come)."""
+    rows = store.query("SELECT original, reason FROM {database}.dead_letters FINAL WHERE source_topic = {topic:String}",
+                       {"topic": requests_topic}, column_formats={"original": "bytes"})
+    return {rid: reason for original, reason in rows for rid in request_ids if rid.encode() in original}
 
 
 def _ended_per_request(store: EvidenceStore, request_ids: list[str]) -> dict[str, int]:

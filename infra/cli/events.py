@@ -34,7 +34,7 @@ def synth(ctx: typer.Context, episodes: int = typer.Option(20, min=1), steps: in
     try:
         publisher = make_publisher(settings, processes.require_bootstrap(settings), codec_of(ctx))
         total = episodes * (steps + 2)
-        with Progress(console=console, transient=True) as progress:
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task("publishing", total=total)
             for i, event in enumerate(synthetic_episodes(episodes, steps, seed, run_id or f"synth-{seed}")):
                 publisher.publish(event)
@@ -136,18 +136,6 @@ def require_pipeline(settings: Settings) -> None:
                          "episodes (run `sepa-eval up`)")
 
 
-def children_alive(settings: Settings) -> orchestrator.Check:
-    """A check for the waits: the rollout worker and the pipeline are still running."""
-    state = processes.RunState.read(settings)
-
-    def check() -> None:
-        for child in (processes.ROLLOUT, processes.PIPELINE):
-            if state.pid_of(child) is not None and not state.alive(child):
-                raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped; "
-                                 f"see {child.log(settings)}")
-    return check
-
-
 @app.command()
 def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id from models.yaml"),
             env: str = typer.Option("Lift"), scenario_file: Path | None = typer.Option(None, "--scenario"),
@@ -171,11 +159,11 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
         [request] = orchestrator.request_rollouts(publisher, store, scenario, [model], seeds, run_id="cli",
                                                   keyframe_every=keyframe_every)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
+                      console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task(f"{model} on {request['scenario_id']}", total=episodes)
             orchestrator.wait_for_episodes(store, [request], orchestrator.deadline_in(timeout),
                                            progress=lambda done, total: bar.update(task, completed=done),
-                                           check=children_alive(settings))
+                                           check=orchestrator.still_coming(settings, store, [request]))
         episode_ids = [e for _, e in orchestrator.ended_episodes(store, [request["request_id"]])]
         ended = store.query(
             "SELECT s.seed, episode_id, e.termination, e.steps, e.success FROM "

@@ -10,7 +10,6 @@ from consumers.evidence.exceptions import EvidenceError
 from consumers.report import render_markdown
 from infra import orchestrator, processes
 from infra.cli import app, codec_of, console, fail, make_publisher, settings_of
-from infra.cli.events import children_alive
 from infra.exceptions import InfraError, WaitTimeout
 from producers.exceptions import ProducerError
 from streams.exceptions import ConfigError
@@ -45,9 +44,9 @@ def run(ctx: typer.Context, episodes: int = typer.Option(4, min=1, help="episode
         requests = orchestrator.request_rollouts(publisher, store, scenario, list(RUN_MODELS),
                                                  list(range(seed, seed + episodes)), run_id=RUN_ID)
         deadline = orchestrator.deadline_in(timeout)
-        check = children_alive(settings)
+        check = orchestrator.still_coming(settings, store, requests)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
+                      console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("episodes", total=len(RUN_MODELS) * episodes)
             orchestrator.wait_for_episodes(store, requests, deadline, check=check,
                                            progress=lambda done, total: bar.update(task, completed=done))

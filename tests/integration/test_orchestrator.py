@@ -17,6 +17,7 @@ from infra.orchestrator import (
     Settled,
     check_models,
     deadline_in,
+    refused_requests,
     request_rollouts,
     wait_for_episodes,
     wait_until_settled,
@@ -25,7 +26,8 @@ from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request
 from producers.sim.models import load_models
 from producers.sim.scenario import ScenarioSpec
-from schemas.events import make_event
+from schemas.codec import Codec
+from schemas.events import dead_letter, make_event
 
 QUALITY = {"smoothness_jerk": 0.0, "path_efficiency": 1.0, "peak_contact_force": 0.0, "mean_contact_force": 0.0,
            "time_to_success": None, "regrasp_count": 0, "idle_steps": 0}
@@ -138,8 +140,16 @@ def test_the_waits_name_what_is_missing_until_every_episode_is_analysed_and_ever
     before = publisher.published
     again = request_rollouts(publisher, store, SCENARIO, ["scripted-novice"], [0, 1, 2], run_id="t")
     assert [r["request_id"] for r in again] == [first["request_id"]] and publisher.published == before
-    request_rollouts(publisher, store, SCENARIO, ["scripted-novice"], [0, 1, 2, 3], run_id="t")
+    [longer] = request_rollouts(publisher, store, SCENARIO, ["scripted-novice"], [0, 1, 2, 3], run_id="t")
     assert publisher.published == before + 1
+
+    # a request the rollout worker dead-lettered is named with the worker's reason
+    topic = publisher.prefix + "rollout.requests"
+    publish(publisher, dead_letter("worker", "worker", topic, 0, 5, b"k", Codec().encode(longer),
+                                   "KeyError: model 'x' is not registered"))
+    sink.landed("dead_letters", 1)
+    assert refused_requests(store, topic, [first["request_id"], longer["request_id"]]) == {
+        longer["request_id"]: "KeyError: model 'x' is not registered"}
 
 
 def test_an_unknown_model_is_refused_before_anything_is_published():
