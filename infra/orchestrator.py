@@ -223,6 +223,21 @@ def settle_state(store: EvidenceStore, request_ids: list[str]) -> SettleState:
     return SettleState(ended, analysed, clustered)
 
 
+def episode_outcomes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[int, str, str, int, bool]]:
+    """(seed, episode_id, termination, steps, success) of the requests' ended episodes, by seed."""
+    episode_ids = [e for _, e in ended_episodes(store, request_ids)]
+    rows = store.query(
+        "SELECT s.seed, episode_id, e.termination, e.steps, e.success FROM "
+        "(SELECT episode_id, any(seed) AS seed FROM {database}.rollout_episodes FINAL "
+        " WHERE envelope.event_type = 'EpisodeStarted' AND has({episodes:Array(String)}, episode_id) "
+        " GROUP BY episode_id) AS s JOIN "
+        "(SELECT episode_id, any(termination) AS termination, any(steps) AS steps, any(success) AS success "
+        " FROM {database}.rollout_episodes FINAL WHERE envelope.event_type = 'EpisodeEnded' "
+        " AND has({episodes:Array(String)}, episode_id) GROUP BY episode_id) AS e USING (episode_id) "
+        "ORDER BY s.seed, episode_id", {"episodes": episode_ids})
+    return [(int(seed), e, t, int(n), bool(ok)) for seed, e, t, n, ok in rows]
+
+
 def refused_requests(store: EvidenceStore, requests_topic: str, request_ids: list[str]) -> dict[str, str]:
     """request_id -> reason, for requests a rollout worker dead-lettered (their episodes never come)."""
     rows = store.query("SELECT original, reason FROM {database}.dead_letters FINAL WHERE source_topic = {topic:String}",

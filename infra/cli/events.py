@@ -164,16 +164,7 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
             orchestrator.wait_for_episodes(store, [request], orchestrator.deadline_in(timeout),
                                            progress=lambda done, total: bar.update(task, completed=done),
                                            check=orchestrator.still_coming(settings, store, [request]))
-        episode_ids = [e for _, e in orchestrator.ended_episodes(store, [request["request_id"]])]
-        ended = store.query(
-            "SELECT s.seed, episode_id, e.termination, e.steps, e.success FROM "
-            "(SELECT episode_id, any(seed) AS seed FROM {database}.rollout_episodes FINAL "
-            " WHERE envelope.event_type = 'EpisodeStarted' AND has({episodes:Array(String)}, episode_id) "
-            " GROUP BY episode_id) AS s JOIN "
-            "(SELECT episode_id, any(termination) AS termination, any(steps) AS steps, any(success) AS success "
-            " FROM {database}.rollout_episodes FINAL WHERE envelope.event_type = 'EpisodeEnded' "
-            " AND has({episodes:Array(String)}, episode_id) GROUP BY episode_id) AS e USING (episode_id) "
-            "ORDER BY s.seed", {"episodes": episode_ids})
+        ended = orchestrator.episode_outcomes(store, [request["request_id"]])
     except (InfraError, EvidenceError, ProducerError, ValueError, KeyError, OSError) as exc:
         fail(exc)
     table = Table("seed", "episode", "termination", "steps")

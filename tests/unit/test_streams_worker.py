@@ -1,6 +1,6 @@
 """The streams worker's edge (infra/streams_worker.py): settings -> StreamsConfig -> make_app with
 the edge's codec, the summary model and faust's web server as the settings say. Builds apps only;
-connects to nothing (the real worker process is in tests/integration/test_streams_worker.py)."""
+connects to nothing (the real worker process is in tests/integration/test_streams_worker_process.py)."""
 
 from __future__ import annotations
 
