@@ -65,6 +65,9 @@ def test_every_producer_publishes_with_registry_ids_that_the_sink_resolves(tansu
         finally:
             down = sepa(memory_dir, "down", env=env)
         assert down.returncode == 0 and processes_holding(memory_dir) == []
+        # the broker still answers, but nothing would serve a request: refused before publishing
+        orphan = sepa(memory_dir, "rollout", "--model", "oracle", env=env)
+        assert orphan.returncode == 1 and orphan.stderr.startswith("error: no rollout worker is running under")
 
         assert evidence["dead_letters"] == 0, "an event the sink could not resolve"
         assert evidence["models_registry"] == 4 and evidence["rollout_requests"] == 1
