@@ -5,9 +5,9 @@ from __future__ import annotations
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from consumers.benchmark_state import derived_state, scores, state_digest
+from consumers.benchmark_state import derived_state, state_digest
 from consumers.evidence.exceptions import EvidenceError
-from consumers.report import render_markdown
+from consumers.report import write_report
 from infra import orchestrator, processes
 from infra.cli import app, codec_of, console, fail, make_publisher, settings_of
 from infra.exceptions import InfraError, WaitTimeout
@@ -55,15 +55,13 @@ def run(ctx: typer.Context, episodes: int = typer.Option(4, min=1, help="episode
                 store, requests, deadline, check=check,
                 progress=lambda done, total: bar.update(task, completed=done, total=total))
         state = derived_state(store)
-        text = render_markdown(state, scores(store))
+        files = write_report(store, settings.memory_dir, settings.memory_dir / "keyframes")
     except (InfraError, EvidenceError, ProducerError, ConfigError, ValueError, OSError) as exc:
         if isinstance(exc, WaitTimeout):
             exc = WaitTimeout(f"{exc}; see {settings.run_dir / 'streams.log'} and "
                                            f"{settings.run_dir / 'rollout.log'}")
         fail(exc)
-    output = settings.memory_dir / "report.md"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    output = f"{files.markdown} and {files.html}"
     console.print(f"{settled.episodes} episodes, {settled.failed} failed, {settled.moments} failure moments, "
                   f"{settled.clustered} failed episodes clustered; wrote {output}")
     console.print(f"state digest {state_digest(state)}")
