@@ -100,18 +100,18 @@ CALIBRATION_BASE = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift 
 CALIBRATION_VARIANTS: tuple[tuple[str, str, dict], ...] = (
     ("base", "base", {}),
     ("placement far x+0.15..0.2", "placement", dict(placement_x_range=(0.15, 0.2), placement_y_range=(-0.05, 0.05))),
+    ("placement far y+0.2..0.25", "placement", dict(placement_x_range=(-0.03, 0.03), placement_y_range=(0.2, 0.25))),
     ("placement out x+0.25..0.3", "placement", dict(placement_x_range=(0.25, 0.3), placement_y_range=(-0.03, 0.03))),
     ("pose offset +0.1,+0.15", "pose", dict(pose_offset_xyz=(0.1, 0.15, 0.0))),
     ("friction 0.025", "friction", dict(object_friction=0.025)),
     ("friction 0.02", "friction", dict(object_friction=0.02)),
-    ("mass 3 kg", "mass", dict(object_mass=3.0)),
     ("mass 6 kg", "mass", dict(object_mass=6.0)),
     ("colour blue", "colour", dict(object_rgba=(0.1, 0.2, 0.9, 1.0))),
     ("size 0.5", "size", dict(object_size_scale=0.5)),
-    ("size 1.5", "size", dict(object_size_scale=1.5)),
-    ("distractor on path", "distractors", dict(distractors=(Distractor(kind="box", size=0.025, x=-0.075, y=0.0),))),
-    ("distractors flanking", "distractors", dict(distractors=(Distractor(kind="box", size=0.02, x=0.0, y=0.065),
-                                                               Distractor(kind="box", size=0.02, x=0.0, y=-0.065)))),
+    ("distractor box on path", "distractors", dict(distractors=(Distractor(kind="box", size=0.02, x=-0.065, y=0.0),))),
+    ("distractor cylinder near", "distractors",
+     dict(distractors=(Distractor(kind="cylinder", size=0.015, x=-0.05, y=-0.03),))),
+    ("distractor box 10 cm", "distractors", dict(distractors=(Distractor(kind="box", size=0.02, x=-0.1, y=0.02),))),
     ("hold 100 (h300)", "hold", dict(success_hold_steps=100, horizon=300)),
     ("place +0.1,+0.1", "place", dict(place_target_xy=(0.1, 0.1))),
     ("place +0.15,-0.15", "place", dict(place_target_xy=(0.15, -0.15))),
@@ -156,15 +156,20 @@ def calibration(base_seeds: int = 40, seeds: int = 24, processes: int = 2) -> di
     rows: dict = {}
     for (label, model_id), res in zip(keys, results, strict=True):
         rows.setdefault(label, {}).setdefault(model_id, []).extend(res)
+    from producers.sim.feasibility import check_feasibility
+
     table = []
     for label, factor, spec in specs:
+        feasibility = check_feasibility(spec)
         cells = {}
         for model_id in models:
             res = rows[label][model_id]
             ok = sum(1 for s, _ in res if s)
             cells[model_id] = {"success": ok, "n": len(res), "rate": round(ok / len(res), 3),
                                "median_steps_success": int(np.median([n for s, n in res if s])) if ok else None}
-        table.append({"variant": label, "factor": factor, "scenario_id": spec.scenario_id, "models": cells})
+        table.append({"variant": label, "factor": factor, "scenario_id": spec.scenario_id, "models": cells,
+                      "feasible": feasibility.feasible, "infeasible_reason": feasibility.reason,
+                      "feasibility_s": feasibility.cost_s})
     episodes = sum(len(t[2]) for t in tasks)
     return {"models_best_first": models, "table": table, "episodes": episodes, "wall_s": round(wall, 1),
             "processes": processes}
@@ -172,10 +177,11 @@ def calibration(base_seeds: int = 40, seeds: int = 24, processes: int = 2) -> di
 
 def print_calibration(report: dict) -> None:
     models = report["models_best_first"]
-    print("variant".ljust(28) + "factor".ljust(13) + "".join(m.removeprefix("scripted-")[:9].rjust(10) for m in models))
+    print("variant".ljust(28) + "factor".ljust(13) + "".join(m.removeprefix("scripted-")[:9].rjust(10) for m in models)
+          + "  feasible")
     for row in report["table"]:
         cells = "".join(f"{c['success']}/{c['n']}".rjust(10) for c in (row["models"][m] for m in models))
-        print(row["variant"].ljust(28) + row["factor"].ljust(13) + cells)
+        print(row["variant"].ljust(28) + row["factor"].ljust(13) + cells + ("  yes" if row["feasible"] else "  NO"))
     print(f"{report['episodes']} episodes in {report['wall_s']} s on {report['processes']} processes")
 
 

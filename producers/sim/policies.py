@@ -74,6 +74,8 @@ TOUCH_FORCE_N = 0.5
 GRASP_CHECK_RISE_M = 0.04
 GRASP_CHECK_LIFT_M = 0.01
 MAX_RETRIES = 5
+# Distractors farther than this from the object do not pull the belief (Skill.distractor_pull).
+DISTRACTOR_PULL_RADIUS_M = 0.15
 
 GRIP_OPEN = -1.0
 GRIP_CLOSE = 1.0
@@ -103,6 +105,15 @@ class Skill:
     precision: (0, 1]. Scales the controller gains; tolerances are divided by it.
     retries: 0..MAX_RETRIES. Grasps it may re-try after noticing a failed one (0: it never
         checks, and behaves exactly as before the field existed).
+    range_noise_per_m: std (m) of perception error added per metre of horizontal distance
+        between the grip site and the object (or the place goal) at the episode's start (a
+        camera sees far things worse): the error's std is target_noise_m + range_noise_per_m *
+        distance.
+    distractor_pull: 0..1. How much a nearby distractor drags the believed object position
+        towards itself (attention to the wrong thing): the nearest distractor within
+        DISTRACTOR_PULL_RADIUS_M shifts the belief by distractor_pull * (1 - d / radius) of the
+        offset between them.
+    The last three are 0 for models made before they existed, which then act exactly as before.
     """
 
     target_noise_m: float = 0.0
@@ -110,10 +121,13 @@ class Skill:
     timing_jitter: float = 0.0
     precision: float = 1.0
     retries: int = 0
+    range_noise_per_m: float = 0.0
+    distractor_pull: float = 0.0
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("target_noise_m", 0.0, 0.2), ("action_noise", 0.0, 2.0),
-                             ("timing_jitter", 0.0, 1.0)):
+                             ("timing_jitter", 0.0, 1.0), ("range_noise_per_m", 0.0, 0.5),
+                             ("distractor_pull", 0.0, 1.0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
                 raise ValueError(f"Skill.{name} must be a number in [{lo}, {hi}], got {v!r}")
@@ -127,11 +141,13 @@ class Skill:
             raise ValueError(f"Skill.retries must be an integer in [0, {MAX_RETRIES}], got {r!r}")
 
     def to_params(self) -> dict[str, str]:
-        """As the string map of ModelRegistered.params. ``retries`` is listed only when set, so a
-        model registered before the field existed keeps the same params (and event content)."""
+        """As the string map of ModelRegistered.params. ``retries``, ``range_noise_per_m`` and
+        ``distractor_pull`` are listed only when set, so a model registered before they existed
+        keeps the same params (and event content)."""
         params = {k: repr(getattr(self, k)) for k in ("target_noise_m", "action_noise", "timing_jitter", "precision")}
-        if self.retries:
-            params["retries"] = repr(self.retries)
+        for k in ("retries", "range_noise_per_m", "distractor_pull"):
+            if getattr(self, k):
+                params[k] = repr(getattr(self, k))
         return params
 
     def at_least_as_good_as(self, other: Skill) -> bool:
@@ -139,17 +155,22 @@ class Skill:
         precision, retries higher or equal): the order the registered models are ranked by."""
         return (self.target_noise_m <= other.target_noise_m and self.action_noise <= other.action_noise
                 and self.timing_jitter <= other.timing_jitter and self.precision >= other.precision
-                and self.retries >= other.retries)
+                and self.retries >= other.retries and self.range_noise_per_m <= other.range_noise_per_m
+                and self.distractor_pull <= other.distractor_pull)
 
 
 # As in configs/models.yaml (version 2 of expert, novice, clumsy), best first; the file is what the
 # rollout worker registers, this is the same set by name for tests and the labelled failure set.
 SKILLS: dict[str, Skill] = {
     "oracle": Skill(),
-    "expert": Skill(target_noise_m=0.006, action_noise=0.048, timing_jitter=0.08, precision=0.92, retries=2),
-    "skilled": Skill(target_noise_m=0.009, action_noise=0.072, timing_jitter=0.12, precision=0.88, retries=2),
-    "novice": Skill(target_noise_m=0.012, action_noise=0.096, timing_jitter=0.16, precision=0.84, retries=2),
-    "clumsy": Skill(target_noise_m=0.015, action_noise=0.12, timing_jitter=0.2, precision=0.8, retries=2),
+    "expert": Skill(target_noise_m=0.002, range_noise_per_m=0.04, action_noise=0.048, timing_jitter=0.08,
+                    precision=0.92, distractor_pull=0.4, retries=1),
+    "skilled": Skill(target_noise_m=0.003, range_noise_per_m=0.06, action_noise=0.072, timing_jitter=0.12,
+                     precision=0.88, distractor_pull=0.6, retries=1),
+    "novice": Skill(target_noise_m=0.004, range_noise_per_m=0.08, action_noise=0.096, timing_jitter=0.16,
+                    precision=0.84, distractor_pull=0.8, retries=1),
+    "clumsy": Skill(target_noise_m=0.005, range_noise_per_m=0.1, action_noise=0.12, timing_jitter=0.2,
+                    precision=0.8, distractor_pull=1.0, retries=1),
 }
 
 
@@ -227,8 +248,13 @@ class ScriptedPolicy:
         self._rng = np.random.default_rng([int(seed), 0x5EA])
         self._spec = spec
         self._object = _TASK_OBJECT[spec.env_name]
-        self._pick_bias = np.append(self._rng.normal(0.0, sk.target_noise_m, 2), 0.0)
-        self._place_bias = np.append(self._rng.normal(0.0, sk.target_noise_m, 2), 0.0)
+        # rng.normal(0, s) is 0 + s * standard_normal: the same draws, the direction kept for the
+        # range-dependent part, which needs the first observation
+        self._pick_z = self._rng.standard_normal(2)
+        self._pick_bias = np.append(sk.target_noise_m * self._pick_z, 0.0)
+        self._place_z = self._rng.standard_normal(2)
+        self._place_bias = np.append(sk.target_noise_m * self._place_z, 0.0)
+        self._pick_std = sk.target_noise_m
         j = sk.timing_jitter
         self._close_steps = max(1, round(CLOSE_STEPS * self._rng.uniform(1 - j, 1 + j)))
         self._open_steps = max(1, round(OPEN_STEPS * self._rng.uniform(1 - j, 1 + j)))
@@ -271,10 +297,19 @@ class ScriptedPolicy:
             raise RuntimeError(f"{self.name}.act() before reset()")
         eef = np.asarray(signals["eef_pos"], dtype=float)
         quat = np.asarray(signals["eef_quat"], dtype=float)
+        obj_pos, obj_quat = _pose(signals, self._object)
         if self._start_quat is None:
             self._start_quat = quat.copy()
-        obj_pos, obj_quat = _pose(signals, self._object)
+            k = self.skill.range_noise_per_m
+            if k:
+                self._pick_std += k * float(np.linalg.norm(obj_pos[:2] - eef[:2]))
+                self._pick_bias = np.append(self._pick_std * self._pick_z, 0.0)
+                if self._carries:  # where it puts the object down is seen from the start too
+                    place_std = self.skill.target_noise_m + k * float(np.linalg.norm(self._goal(obs)[:2] - eef[:2]))
+                    self._place_bias = np.append(place_std * self._place_z, 0.0)
         believed = obj_pos + self._pick_bias
+        if self.skill.distractor_pull:
+            believed = believed + self._pull(signals, obj_pos)
         if self._spec.env_name in _BOX_TASKS and self._phase == "approach":
             # Turn the fingers square to the box: the relative yaw, modulo the box's symmetry.
             self._yaw_offset = _wrap_quarter(_yaw(obj_quat) - _yaw(self._start_quat) - math.pi / 2)
@@ -318,7 +353,7 @@ class ScriptedPolicy:
                 self._retries_left -= 1
                 self.retries_used += 1
                 # a fresh look at where the object is: the perception error is drawn again
-                self._pick_bias = np.append(self._rng.normal(0.0, self.skill.target_noise_m, 2), 0.0)
+                self._pick_bias = np.append(self._rng.normal(0.0, self._pick_std, 2), 0.0)
                 self._goto("reopen")
             elif self._carries and (abs(self._lift_z - eef[2]) < 2 * self._z_tol or timeout):
                 self._goto("carry")
@@ -364,6 +399,20 @@ class ScriptedPolicy:
         if self.skill.action_noise > 0:
             action = action + self._rng.normal(0.0, self.skill.action_noise, ACTION_DIM)
         return np.clip(action, -1.0, 1.0)
+
+    def _pull(self, signals: dict[str, Any], obj_pos: np.ndarray) -> np.ndarray:
+        """Skill.distractor_pull: the belief's shift towards the nearest distractor in range."""
+        best, offset = DISTRACTOR_PULL_RADIUS_M, np.zeros(3)
+        for p in signals["object_poses"]:
+            if not p["name"].startswith("distractor"):
+                continue
+            delta = np.asarray(p["pos"], dtype=float) - obj_pos
+            d = float(np.linalg.norm(delta[:2]))
+            if d < best:
+                best = d
+                offset = np.array([delta[0], delta[1], 0.0]) * self.skill.distractor_pull * (
+                    1.0 - d / DISTRACTOR_PULL_RADIUS_M)
+        return offset
 
     def _grasp_failed(self, eef: np.ndarray, signals: dict[str, Any]) -> bool:
         return (eef[2] - self._close_z >= GRASP_CHECK_RISE_M

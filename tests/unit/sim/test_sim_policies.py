@@ -39,7 +39,8 @@ def test_models_yaml_matches_registry_and_ranks_strictly():
         assert m.skill == SKILLS[m.model_id.removeprefix("scripted-")]
         assert m.make_policy().name == m.model_id
         base = {"target_noise_m", "action_noise", "timing_jitter", "precision"}
-        assert set(m.params()) == (base if m.kind == "oracle" else base | {"retries"})
+        later = {"retries", "range_noise_per_m", "distractor_pull"}
+        assert set(m.params()) == (base if m.kind == "oracle" else base | later)
     scripted = [m.skill for m in models if m.kind == "scripted"]
     assert len(scripted) >= 4
     for better, worse in zip(scripted, scripted[1:], strict=False):  # every component monotone, best first
@@ -85,10 +86,10 @@ def test_oracle_lifts_base_cube_at_least_19_of_20(lift_env):
 
 
 def test_every_registered_model_lifts_the_base_cube(env_factory):
-    """The saturated base the loop starts from (the calibration runs 40 seeds: all 40/40)."""
+    """The saturated base the loop starts from (the calibration's 40 seeds: 40, 40, 40, 39, 37)."""
     env = env_factory(ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube"))
     for name in RANKED:
-        assert success_rate(env, lambda n=name: make_policy(n), range(8)) == 1.0, name
+        assert success_rate(env, lambda n=name: make_policy(n), range(10)) >= 0.9, name
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ import pytest
 
 from producers.sim.envs import LIFT_SUCCESS_HEIGHT_M, PLACE_XY_TOL_M
 from producers.sim.exceptions import ScenarioError
-from producers.sim.policies import OracleScripted, ScriptedPolicy, Skill
+from producers.sim.policies import DISTRACTOR_PULL_RADIUS_M, OracleScripted, ScriptedPolicy, Skill
 from producers.sim.rollout import SUCCESS_HOLD_STEPS, Episode, run_episode
-from producers.sim.scenario import ScenarioSpec
+from producers.sim.scenario import Distractor, ScenarioSpec
 
 LIFT = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube")
 
@@ -137,3 +137,47 @@ def test_retries_are_bounded_and_validated():
     assert "retries" not in Skill().to_params() and Skill(retries=2).to_params()["retries"] == "2"
     assert Skill(retries=2).at_least_as_good_as(Skill(retries=1, action_noise=0.1))
     assert not Skill(retries=1).at_least_as_good_as(Skill(retries=2))
+
+
+# -- perception that degrades with distance and distractors ----------------------------------------
+
+def test_range_noise_grows_the_perception_error_with_distance(env_factory):
+    skill = Skill(target_noise_m=0.002, range_noise_per_m=0.1)
+    near = env_factory(LIFT.mutate(horizon=2))
+    far = env_factory(LIFT.mutate(horizon=2, placement_x_range=(-0.02, -0.02), placement_y_range=(0.22, 0.22)))
+    errors = {}
+    for label, env in (("near", near), ("far", far)):
+        policy = ScriptedPolicy(skill)
+        obs = env.reset(5)
+        policy.reset(5, env.spec)
+        signals = env.signals()
+        policy.act(obs, signals)
+        distance = np.linalg.norm(np.array(signals["object_poses"][0]["pos"][:2]) - signals["eef_pos"][:2])
+        assert policy._pick_std == pytest.approx(0.002 + 0.1 * distance)
+        errors[label] = np.linalg.norm(policy._pick_bias)
+    # the same draw (seed 5), scaled by each scene's distance: farther is worse
+    assert errors["far"] > 2 * errors["near"] > 0
+
+
+def test_a_distractor_pulls_the_belief_towards_itself(env_factory):
+    centred = dict(placement_x_range=(0.0, 0.0), placement_y_range=(0.0, 0.0))
+
+    def first_action(skill, x):
+        env = env_factory(LIFT.mutate(horizon=2, **centred, distractors=(Distractor(kind="box", size=0.02, x=x,
+                                                                                    y=0.0),)))
+        obs = env.reset(0)
+        signals = env.signals()
+        policy = ScriptedPolicy(skill)
+        policy.reset(0, env.spec)
+        cube, box = (np.array(p["pos"]) for p in signals["object_poses"])
+        return policy.act(obs, signals), policy._pull(signals, cube), cube, box
+
+    _, none, _, _ = first_action(Skill(), -0.07)
+    _, shift, cube, box = first_action(Skill(distractor_pull=0.5), -0.07)
+    d = np.linalg.norm((box - cube)[:2])
+    assert not none.any()
+    assert shift[:2] == pytest.approx(0.5 * (1 - d / DISTRACTOR_PULL_RADIUS_M) * (box - cube)[:2])
+    assert shift[2] == 0.0 and shift[0] < 0  # towards the box, at -x
+    # out of range: no pull, the same action as a policy without it
+    far, far_shift, _, _ = first_action(Skill(distractor_pull=0.5), -0.2)
+    assert not far_shift.any() and np.array_equal(far, first_action(Skill(), -0.2)[0])
