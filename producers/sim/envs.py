@@ -27,6 +27,11 @@ arithmetic without robosuite's per-substep overhead, the arithmetic compiled
 results (tests/unit/sim/test_sim_lean_step.py compares the two).
 ``robosuite_env.lean_step = False`` runs robosuite's stock step.
 
+Tasks beyond robosuite's own: lift then place (``spec.place_target_xy``, Lift only): the goal is
+the target on the table and success is the cube lifted first, then resting there, released (see
+success_relative); lift and hold (``spec.success_hold_steps``) is the rollout's business
+(producers/sim/rollout.py): the env reports success per step, the episode ends once it held.
+
 The episode clock is ours: robosuite runs with ``ignore_done=True`` and ``done`` is
 ``steps >= spec.horizon``. Each reset lets objects settle for SETTLE_STEPS control steps (robosuite
 drops them from 1 cm) before the start pose used by the "relative" measures is recorded.

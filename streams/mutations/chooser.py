@@ -7,6 +7,7 @@ compositions of promoted factors; and the feasibility pre-check before anything 
     cand = compose(base, [(promoted_a, parent_a), (promoted_b, parent_b)])
     proposal = propose(cands)            # Proposal: proposed and infeasible, each with its result
     proposal.proposed[0].feasibility.to_json()
+    proposal = propose_guided(cluster_events, seed=7, parents=active_by_id)   # both steps at once
 
 Failure-guided: for each live cluster (size > 0; largest first, at most ``max_clusters``) the
 operator is drawn from the cluster's root failure types (the first moment of its episodes; the
@@ -60,6 +61,8 @@ class ChooserConfig:
     before giving up on it."""
 
     exploration: float = 0.2
+    # what exploration draws from (e.g. without "paraphrase" when no model reads instructions)
+    exploration_operators: tuple[str, ...] = tuple(sorted(OPERATORS))
     candidates_per_cluster: int = 3
     max_clusters: int = 4
     max_attempts: int = 4
@@ -69,6 +72,10 @@ class ChooserConfig:
         if isinstance(self.exploration, bool) or not isinstance(self.exploration, (int, float)) \
                 or not 0.0 <= self.exploration <= 1.0:
             raise ValueError(f"ChooserConfig.exploration must be in [0, 1], got {self.exploration!r}")
+        unknown = set(self.exploration_operators) - set(OPERATORS)
+        if unknown or not self.exploration_operators:
+            raise ValueError(f"ChooserConfig.exploration_operators must be some of {sorted(OPERATORS)}, "
+                             f"got {self.exploration_operators!r}")
         for name in ("candidates_per_cluster", "max_clusters", "max_attempts"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -92,7 +99,7 @@ def _choose(seed: FailureSeed, rng, config: ChooserConfig) -> tuple[str, str]:
     weights = operator_weights(seed)
     explore = float(rng.random()) < config.exploration
     if explore or not weights:
-        names = sorted(OPERATORS)
+        names = sorted(config.exploration_operators)
         return names[int(rng.integers(len(names)))], "exploration"
     names = sorted(weights)
     total = sum(weights[n] for n in names)
@@ -271,6 +278,7 @@ class Proposal:
     proposed: list[Checked]
     infeasible: list[Checked]
     cost_s: float
+    skipped: list[Skipped] = field(default_factory=list)  # draws that made no candidate
 
     @property
     def mean_check_s(self) -> float:
@@ -289,3 +297,22 @@ def propose(candidates: Sequence[Candidate], check: Callable[[ScenarioSpec], Any
         result = check(cand.spec)
         (ok if result.feasible else bad).append(Checked(cand, result))
     return Proposal(ok, bad, time.perf_counter() - t0)
+
+
+def propose_guided(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed: int,
+                   config: ChooserConfig | None = None, parents: Mapping[str, ScenarioSpec] | None = None,
+                   exclude: Iterable[str] = (), check: Callable[[ScenarioSpec], Any] | None = None) -> Proposal:
+    """guided_candidates(), then propose(): what a cycle's failure-guided arm proposes."""
+    generated = guided_candidates(clusters, seed, config, parents, exclude)
+    proposal = propose(generated.candidates, check)
+    proposal.skipped = generated.skipped
+    return proposal
+
+
+def propose_blind(parents: Sequence[ScenarioSpec], n: int, seed: int, config: ChooserConfig | None = None,
+                  exclude: Iterable[str] = (), check: Callable[[ScenarioSpec], Any] | None = None) -> Proposal:
+    """blind_candidates(), then propose(): what a cycle's blind arm proposes."""
+    generated = blind_candidates(parents, n, seed, config, exclude)
+    proposal = propose(generated.candidates, check)
+    proposal.skipped = generated.skipped
+    return proposal

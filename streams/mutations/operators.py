@@ -12,10 +12,13 @@ parent, seed and generator state -> the same candidate. Every generated number i
 (``ROUND_DIGITS``) so ids and params read cleanly.
 
 Operators (name -> factors it may change):
-- ``pose`` -> placement | pose: moves where the target starts, further out along the direction in
-  which the cluster's failing episodes had their object (site object_x/y minus object_dx/dy =
-  the object's start, relative to the placement reference) from the parent's placement centre:
-  a narrow placement range there, or a pose offset along that direction.
+- ``pose`` -> placement | pose: moves where the target starts further away from the gripper's
+  start, beyond where the cluster's failing episodes had their object (site object_x/y minus
+  object_dx/dy = the object's start, relative to the placement reference): along the line from
+  the gripper's start through that point, turned by up to ``guided_pose_spread_rad``; a narrow
+  placement range there, or a pose offset by that much. Perception degrades with distance
+  (Skill.range_noise_per_m) and misses grow with it; the pre-check drops what the arm cannot
+  reach.
 - ``material`` -> friction | mass | colour: a lower sliding friction (the env gives the object
   OBJECT_GEOM_PRIORITY so it wins over the finger pads' friction 2), a heavier object, or another
   colour (colour and the instruction change nothing for the scripted policies, which see poses,
@@ -131,6 +134,12 @@ class FailureSeed:
                 out[str(k)] = kind(v)
             return out
 
+        counts = {}
+        for name in ("size", "revision"):
+            v = event.get(name, 0) or 0
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SeedError(f"cluster {cid}: {name} must be a non-negative integer, got {v!r}")
+            counts[name] = v
         rep = event.get("representative_scenario") or {}
         spec = None
         if isinstance(rep, Mapping) and rep.get("env_name"):
@@ -138,7 +147,7 @@ class FailureSeed:
                 spec = ScenarioSpec.from_dict(dict(rep))
             except ScenarioError as exc:
                 raise SeedError(f"cluster {cid}: representative_scenario is not a usable scenario: {exc}") from exc
-        return cls(cluster_id=cid, size=int(event.get("size", 0) or 0), revision=int(event.get("revision", 0) or 0),
+        return cls(cluster_id=cid, size=counts["size"], revision=counts["revision"],
                    dominant_failure_type=str(event.get("dominant_failure_type", "") or ""),
                    failure_types=num_map("failure_types"), root_types=num_map("root_types"),
                    site=num_map("site"), scenario_counts=num_map("scenario_counts", int),
@@ -285,8 +294,10 @@ class OperatorConfig:
     """Parameter ranges (lo, hi) of the operators: ``guided_*`` with a failure seed, ``blind_*``
     without. Lengths in metres, masses in kg, horizons in control steps (20 Hz)."""
 
-    # pose: how much further out than the failures' start, the placement range's half width
-    guided_pose_push_m: tuple[float, float] = (0.03, 0.12)
+    # pose: how much further out than the failures' start, how far the direction may turn from
+    # the line gripper start -> failures, the placement range's half width
+    guided_pose_push_m: tuple[float, float] = (0.1, 0.2)
+    guided_pose_spread_rad: float = 1.0
     guided_placement_half_width_m: tuple[float, float] = (0.005, 0.02)
     blind_placement_abs_m: float = 0.3
     blind_placement_half_width_m: tuple[float, float] = (0.0, 0.05)
@@ -356,17 +367,23 @@ def pose(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generato
     variant = ("placement", "pose")[int(rng.integers(2))]
     centre0 = _placement_centre(parent)
     if seed is not None:
-        start = seed.object_start_xy(parent.env_name)
+        env = parent.env_name
+        start = seed.object_start_xy(env)
         origin = "site" if start is not None else "parent"
-        start = centre0 if start is None else start
-        direction, informed = _unit(start - centre0, rng)
+        start = centre0 + np.asarray(parent.pose_offset_xyz[:2]) if start is None else start
+        hand = np.asarray(GRIPPER_START_XY[env]) - np.asarray(PLACEMENT_REFERENCE_XY[env])
+        away, informed = _unit(start - hand, rng)
+        turn = _uniform(rng, (-cfg.guided_pose_spread_rad, cfg.guided_pose_spread_rad))
+        c_, s_ = math.cos(turn), math.sin(turn)
+        direction = np.array([c_ * away[0] - s_ * away[1], s_ * away[0] + c_ * away[1]])
         push = _uniform(rng, cfg.guided_pose_push_m)
         if variant == "placement":
             half = _uniform(rng, cfg.guided_placement_half_width_m)
             lim = MAX_PLACEMENT_ABS_M - half
             c = np.clip(start + direction * push, -lim, lim)
             return _candidate(parent, seed, "pose", "placement",
-                              {"variant": "placement", "from": origin, "direction_from_failures": informed,
+                              {"variant": "placement", "from": origin,
+                               "direction": "away_from_gripper" if informed else "random", "turn_rad": turn,
                                "centre_xy": [c[0], c[1]], "half_width_m": half, "push_m": push},
                               placement_x_range=(_r(c[0] - half), _r(c[0] + half)),
                               placement_y_range=(_r(c[1] - half), _r(c[1] + half)))
@@ -386,9 +403,11 @@ def pose(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generato
     old = parent.pose_offset_xyz
     offset = tuple(_r(v) for v in np.clip(np.array([old[0] + delta[0], old[1] + delta[1]]),
                                           -MAX_POSE_OFFSET_ABS_M, MAX_POSE_OFFSET_ABS_M)) + (old[2],)
-    return _candidate(parent, seed, "pose", "pose",
-                      {"variant": "pose", "from": origin, "direction_from_failures": informed,
-                       "offset_xyz": list(offset), "push_m": push},
+    params = {"variant": "pose", "from": origin, "direction": "away_from_gripper" if informed else "random",
+              "offset_xyz": list(offset), "push_m": push}
+    if seed is not None:
+        params["turn_rad"] = turn
+    return _candidate(parent, seed, "pose", "pose", params,
                       pose_offset_xyz=offset)
 
 

@@ -13,6 +13,8 @@ from streams.mutations.chooser import (
     guided_candidates,
     operator_weights,
     propose,
+    propose_blind,
+    propose_guided,
 )
 from streams.mutations.exceptions import CompositionError
 from streams.mutations.operators import OPERATORS, FailureSeed
@@ -184,3 +186,15 @@ def test_propose_runs_the_real_pre_check():
     reasons = [c.feasibility.reason for c in proposal.infeasible]
     assert "not reachable" in reasons[0] and "covered by distractor0" in reasons[1]
     assert proposal.mean_check_s > 0
+
+
+def test_propose_guided_and_blind_generate_then_check():
+    def check(spec):
+        return _Result(spec.object_mass is None, "too heavy")
+
+    guided = propose_guided(CLUSTERS + [cluster("bad", {"slip": 1.0}, site={"eef_x": None})], seed=1, check=check)
+    assert guided.proposed and all(c.candidate.spec.object_mass is None for c in guided.proposed)
+    assert all(c.feasibility.reason == "too heavy" for c in guided.infeasible)
+    assert [s.key for s in guided.skipped] == ["cluster bad"]
+    blind = propose_blind([BASE], 5, seed=1, check=check)
+    assert len(blind.proposed) + len(blind.infeasible) == 5

@@ -101,26 +101,39 @@ def _variant(name, variant, seed, cfg=None, parent=BASE):
     raise AssertionError(f"{name} never drew {variant}")
 
 
-def test_guided_pose_moves_the_object_further_out_where_failures_were():
+def test_guided_pose_moves_the_object_further_from_the_hand_beyond_the_failures():
     start = np.array([0.02 - 0.01, -0.01])  # object_x/y minus object_dx/dy
-    direction = start / np.linalg.norm(start)
-    cand = _variant("pose", "placement", SEED)
-    centre = np.array([sum(cand.spec.placement_x_range) / 2, sum(cand.spec.placement_y_range) / 2])
+    hand = np.array([-0.1, 0.0])  # the gripper's start (GRIPPER_START_XY, Lift)
     cfg = OperatorConfig()
-    push = float(cand.params["push_m"])
-    assert cfg.guided_pose_push_m[0] <= push <= cfg.guided_pose_push_m[1]
-    assert centre == pytest.approx(start + direction * push, abs=1e-4)
-    assert cand.params["from"] == "site" and cand.params["direction_from_failures"] == "True"
-    width = cand.spec.placement_x_range[1] - cand.spec.placement_x_range[0]
-    assert 2 * cfg.guided_placement_half_width_m[0] - 1e-4 <= width <= 2 * cfg.guided_placement_half_width_m[1] + 1e-4
-    offset = _variant("pose", "pose", SEED).spec.pose_offset_xyz
-    assert np.dot(np.array(offset[:2]), direction) > 0 and offset[2] == 0.0
+    for i in range(8):
+        cand = OPERATORS["pose"](BASE, SEED, rng_for(21, i), cfg)
+        if cand.factor == "placement":
+            where = np.array([sum(cand.spec.placement_x_range) / 2, sum(cand.spec.placement_y_range) / 2])
+            width = cand.spec.placement_x_range[1] - cand.spec.placement_x_range[0]
+            lo, hi = cfg.guided_placement_half_width_m
+            assert 2 * lo - 1e-4 <= width <= 2 * hi + 1e-4
+        else:
+            where = np.array(cand.spec.pose_offset_xyz[:2])  # the default placement is centred on 0
+            assert cand.spec.pose_offset_xyz[2] == 0.0
+        push = float(cand.params["push_m"])
+        turn = float(cand.params["turn_rad"])
+        assert cfg.guided_pose_push_m[0] <= push <= cfg.guided_pose_push_m[1]
+        assert abs(turn) <= cfg.guided_pose_spread_rad
+        if cand.factor == "placement":
+            assert np.linalg.norm(where - start) == pytest.approx(push, abs=2e-4)
+            # further from the hand than the failures were, by at least the push's component
+            assert np.linalg.norm(where - hand) >= np.linalg.norm(start - hand) + push * math.cos(turn) - 1e-3
+        else:
+            assert np.linalg.norm(where) == pytest.approx(push, abs=2e-4)
+        assert cand.params["from"] == "site" and cand.params["direction"] == "away_from_gripper"
 
 
-def test_pose_without_a_site_pushes_in_a_random_direction():
+def test_pose_without_a_site_starts_from_the_parents_placement():
     seed = FailureSeed.from_event(cluster(site={}))
     cand = _variant("pose", "placement", seed)
-    assert cand.params["from"] == "parent" and cand.params["direction_from_failures"] == "False"
+    assert cand.params["from"] == "parent" and cand.params["direction"] == "away_from_gripper"
+    blind = _variant("pose", "placement", None)
+    assert blind.params["from"] == "random" and "turn_rad" not in blind.params
 
 
 def test_guided_friction_is_low_and_matters():
@@ -243,6 +256,8 @@ def test_failure_seed_validation_names_the_cluster_and_field():
         FailureSeed.from_event({"size": 1})
     with pytest.raises(SeedError, match="cl-1: site\\['eef_x'\\]"):
         FailureSeed.from_event(cluster(site={"eef_x": "left"}))
+    with pytest.raises(SeedError, match="size must be a non-negative integer"):
+        FailureSeed.from_event(cluster(size="big"))
     with pytest.raises(SeedError, match="representative_scenario"):
         FailureSeed.from_event(cluster(representative_scenario={"env_name": "Lift", "horizon": -1,
                                                                 "instruction": "x"}))
