@@ -239,6 +239,28 @@ def model_versions(store: EvidenceStore, *, model_id: str | None = None,
     return sorted(out, key=lambda mv: (mv.model_id, mv._order))
 
 
+def evaluated_versions(store: EvidenceStore, *, run_id: str | None = None,
+                       as_of: datetime | None = None) -> dict[str, str]:
+    """model_id -> the newest version with trials in the scope: its latest version (LATEST) when
+    that has trials, else its most recent one that has (in ``model_versions`` order). What a view
+    of a run, or of a log where a new version is registered but not yet run, shows each model at."""
+    with_trials: dict[str, set[str]] = defaultdict(set)
+    for s in scores(store, model_versions=ALL_VERSIONS, run_id=run_id, as_of=as_of):
+        if s.model_version is not None:
+            with_trials[s.model_id].add(s.model_version)
+    if not with_trials:
+        return {}
+    out = {}
+    order = defaultdict(list)
+    for v in model_versions(store, as_of=as_of):
+        order[v.model_id].append(v)
+    for model_id, versions in sorted(with_trials.items()):
+        latest = next((v.version for v in order[model_id] if v.latest), None)
+        out[model_id] = latest if latest in versions else next(
+            v.version for v in reversed(order[model_id]) if v.version in versions)
+    return out
+
+
 def previous_model_version(store: EvidenceStore, model_id: str, *, version: str | None = None,
                            scenario_ids: Sequence[str] | None = None, run_id: str | None = None,
                            as_of: datetime | None = None) -> ModelVersion | None:

@@ -90,7 +90,8 @@ class ReportData:
     rollouts: tuple[bs.RolloutSpend, ...]
     quality: tuple[bs.ExecutionQuality, ...]
     scores: tuple[bs.ModelScenarioScore, ...] = field(default=())
-    model_versions: dict[str, str | None] = field(default_factory=dict)  # the version each model is shown at
+    model_versions: dict[str, str] = field(default_factory=dict)  # the version each model is shown at
+    not_yet_run: dict[str, str] = field(default_factory=dict)  # models whose latest version has no trials here
 
     @property
     def total_rollouts(self) -> int:
@@ -100,14 +101,18 @@ class ReportData:
 def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str] | None = None) -> ReportData:
     """Everything the report shows, from the typed queries. Raises NothingToReport on an empty log.
 
-    Each model is shown at its latest version (benchmark_state's default). The scores, the benchmark
-    versions and the candidates are read once; each version's saturation and discrimination come
-    from them (benchmark_state's ``*_of`` functions), not from a query per version."""
-    table = bs.scores(store, run_id=run_id)
-    if not table:
+    Each model is shown at one version, never pooled: its latest when that has trials in the scope,
+    else the newest one that has (benchmark_state.evaluated_versions; the report says which). The
+    scores, the benchmark versions and the candidates are read once; each version's saturation and
+    discrimination come from them (benchmark_state's ``*_of`` functions), not from a query per
+    version."""
+    shown = bs.evaluated_versions(store, run_id=run_id)
+    if not shown:
         where = f" for run {run_id!r}" if run_id else ""
         raise NothingToReport(f"no ended episode in the evidence log{where}: nothing to report yet "
                               "(`sepa-eval run` evaluates the models and fills it)")
+    table = bs.scores(store, model_versions=shown, run_id=run_id)
+    latest = bs.latest_model_versions(store)
     registered = bs.models(store)
     judged = bs.ranked_of(registered)
     made = bs.decisions(store, event_types=("Promoted", "Retired"), run_id=run_id)
@@ -134,8 +139,8 @@ def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str
         funnel=tuple(bs.funnel(store, run_id=run_id, proposed=proposed)), cycles=tuple(bs.cycles(store, run_id=run_id)),
         open_reviews=tuple(bs.open_reviews(store, run_id=run_id)),
         rollouts=tuple(bs.rollouts_spent(store, run_id=run_id)),
-        quality=tuple(bs.execution_quality(store, run_id=run_id)), scores=tuple(table),
-        model_versions={s.model_id: s.model_version for s in table})
+        quality=tuple(bs.execution_quality(store, model_versions=shown, run_id=run_id)), scores=tuple(table),
+        model_versions=shown, not_yet_run={m: latest[m] for m, v in shown.items() if latest.get(m, v) != v})
 
 
 def _version_report(version: bs.BenchmarkVersion, made: list[bs.Decision], table: list[bs.ModelScenarioScore],

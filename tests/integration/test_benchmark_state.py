@@ -283,6 +283,11 @@ def test_model_versions_and_the_previous_one_with_trials(store):
     assert bs.previous_model_version(store, "m", scenario_ids=["scn-y"]).version == "1"  # v2 never ran y
     assert bs.previous_model_version(store, "m", version="2", scenario_ids=["scn-x"]) is None
     assert bs.previous_model_version(store, "m", version="1") is None
+    assert bs.evaluated_versions(store) == {"m": "3"}
+    more = EvidenceLog(start=log.clock)
+    more.register("m", version="4")  # not run yet: the newest version with trials stays 3
+    store_events(store, more.events)
+    assert bs.evaluated_versions(store) == {"m": "3"} and bs.latest_model_versions(store) == {"m": "4"}
     with pytest.raises(bs.UnknownModelVersion, match="no version '9'.*1, 2, 3"):
         bs.previous_model_version(store, "m", version="9")
     with pytest.raises(bs.UnknownModelVersion, match="'nobody' is neither registered"):

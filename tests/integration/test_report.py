@@ -126,9 +126,12 @@ def test_the_report_shows_each_model_at_its_latest_version(store):
     log.register("m", version="2")
     for seed in range(4):
         log.episode("m", spec("lift"), seed, True, model_version="2", moments=[("slip", 3, 7)])
+    log.register("m", version="3")  # registered, not run yet: the report stays on m@2 and says so
     store_events(store, log.events)
     data = gather(store)
     assert data.model_versions == {"m": "2"} and [q.model_version for q in data.quality] == ["2"]
+    assert data.not_yet_run == {"m": "3"}
     text = render_markdown(data, {}, {})
     assert "| `scn-lift` | base | evaluated | 1.00 [0.51, 1.00] n=4 |" in text  # m@1's failures are not pooled in
     assert "| m | 4 | 100% | 4 | 4 | 4 | 0 | 4 (4) |" in text
+    assert "`m@3` is registered but has no trials here yet: `m` is shown at `m@2`." in text
