@@ -159,7 +159,7 @@ def _latest_versions_sql(params: dict, as_of: datetime | None) -> str:
     """model_id, version: each model's latest registration by (event time, event id), ranked above
     any episode; a model never registered: the version of its latest EpisodeStarted."""
     registered = _where(_scope(None, as_of, params))
-    started = _where(["envelope.event_type = 'EpisodeStarted'", *_scope(None, as_of, params)])
+    started = _where([STARTED, *_scope(None, as_of, params)])
     return ("SELECT model_id, argMax(version, k) AS version FROM ("
             " SELECT model_id, version, (1, envelope.event_time, envelope.event_id) AS k"
             f" FROM {{database}}.models_registry FINAL{registered}"
