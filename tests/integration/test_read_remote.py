@@ -61,6 +61,7 @@ def test_status_report_and_diff_processes_reach_the_store_through_the_endpoint(s
     figures = json.loads(status.stdout)
     assert (figures["pipeline"]["pid"], figures["pipeline"]["store"]) == (os.getpid(), remote.url)
     assert figures["memory"]["episodes"] == 160 and figures["memory"]["benchmark_version"] == 3
+    assert figures["memory"]["model_versions"] == {m: "1" for m in world.MODELS}
     report = _sepa(memory, direct.database, "report", "--output", str(tmp_path / "report"))
     assert report.returncode == 0, report.stderr
     assert "| v3 | 1 | strong | weak |" in (tmp_path / "report" / "report.md").read_text()
