@@ -97,6 +97,7 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
 
 def _memory(f: MemoryFigures) -> dict:
     return {"episodes": f.episodes, "trials": f.trials, "models": f.models,
+            "model_versions": dict(f.model_versions),
             "failures_by_type": {t.failure_type: t.moments for t in f.failures},
             "failures_recovered": {t.failure_type: t.recovered for t in f.failures},
             "clusters": f.clusters, "noise_episodes": f.noise_episodes, "candidates": f.candidates,
@@ -125,9 +126,12 @@ def _print_memory(events: dict, memory: dict) -> None:
         console.print("evidence log: empty (no event has landed yet)")
         return
     version = memory["benchmark_version"]
+    versions = ", ".join(f"{m}@{v}" for m, v in memory["model_versions"].items())
     console.print(f"episodes {memory['episodes']} ({memory['trials']} trials) of {memory['models']} registered models; "
                   f"benchmark {f'v{version}' if version is not None else 'not promoted yet'} "
                   f"({memory['active_scenarios']} active scenarios)", soft_wrap=True, highlight=False)
+    if versions:
+        console.print(f"models at their latest version: {versions}", soft_wrap=True, highlight=False)
     funnel = memory["funnel"].get("all", {})
     console.print(f"candidates {memory['candidates']}: {funnel.get('promoted', 0)} promoted, "
                   f"{funnel.get('rejected', 0)} rejected, {funnel.get('deferred', 0)} deferred, "
