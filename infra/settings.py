@@ -34,6 +34,14 @@ class Settings(BaseModel):
     sink_batch_max: int = Field(20000, ge=1, description="messages per ClickHouse insert")
     sink_linger_ms: int = Field(200, ge=0, description="wait this long to fill a batch")
     store_endpoint_port: int = Field(0, ge=0, le=65535, description="owner endpoint port; 0 = free port")
+    # Every command that needs the broker asks it first and gives up after this long, naming it.
+    broker_timeout_s: float = Field(5.0, gt=0, description="how long a command waits for the broker to answer")
+    # `up` waits this long for each child (pipeline, streams worker, rollout worker) to say it is ready.
+    ready_timeout_s: float = Field(180.0, gt=0, description="how long `up` waits for its processes to be ready")
+    rollout_processes: int = Field(2, ge=1, description="simulator processes of the rollout worker `up` starts")
+    # faust's HTTP stats server: off unless asked for; on, it binds 127.0.0.1 (never faust's 0.0.0.0:6066).
+    streams_web: bool = Field(False, description="the streams worker's faust web server, on 127.0.0.1")
+    streams_web_port: int = Field(0, ge=0, le=65535, description="its port when on; 0 = a free port")
     # exactly_once is refused (streams/app.py says why): Tansu rejects aiokafka's InitProducerId v0,
     # and on Apache Kafka faust-streaming 0.15.3 leaves the moments in transactions that never
     # commit. at_least_once is lossless across restarts and re-emitted moments keep their ids.
@@ -80,9 +88,9 @@ class Settings(BaseModel):
 
 
 def settings_environ(settings: Settings) -> dict[str, str]:
-    """The SEPA_* variables that reproduce these settings in a child process (faust's CLI loads
-    its app from the environment, through load_settings). Secrets are passed in clear: the child
-    needs them."""
+    """The SEPA_* variables that reproduce these settings in a child process: the one way settings
+    reach the pipeline, the streams worker and the rollout worker (each calls load_settings).
+    Secrets are passed in clear: the child needs them."""
     return {f"SEPA_{name.upper()}": value.get_secret_value() if isinstance(value, SecretStr) else str(value)
             for name, value in settings.model_dump().items() if value is not None}
 

@@ -1,16 +1,13 @@
 """The faust-streaming application: failure detection and failure clustering.
 
-    faust -A streams.app worker -l info          # the edge: settings from SEPA_* / --config file
+    app = make_app(StreamsConfig(bootstrap_servers="127.0.0.1:9092"), codec=codec)
 
-    app = make_app(StreamsConfig(bootstrap_servers="127.0.0.1:9092"))   # in code and tests
+``make_app`` builds an app from a frozen ``StreamsConfig``, the codec that frames every event and
+an optional cluster-summary model, and reads nothing else: no settings, no environment. The
+process entry point (settings -> StreamsConfig -> make_app, the codec, the LLM client, the
+processing-guarantee check, faust's web server) is the edge, ``infra/streams_worker.py``:
 
-``make_app`` builds an app from a frozen ``StreamsConfig`` and reads nothing else. The module
-attribute ``app`` (what ``faust -A streams.app`` looks up) is built on first access from
-``infra.settings.load_settings()`` (the one place that reads the environment) and the broker it
-resolves (``SEPA_BOOTSTRAP_SERVERS``, or the embedded broker started by ``sepa-eval up``); importing
-this module alone reads nothing and connects to nothing. With ``SEPA_OPENAI_BASE_URL`` and
-``SEPA_OPENAI_MODEL`` set, cluster summaries are rewritten by that OpenAI-compatible model
-(``llm_summarizer``); otherwise they are the feature summaries.
+    python -m faust -A infra.streams_worker worker --without-web -l info
 
 Faust settings that matter here (see /work/shared/notes/platform-facts.md):
 - ``broker_session_timeout=6``: against Tansu a worker otherwise takes ~30 s to start.
@@ -66,34 +63,6 @@ EXACTLY_ONCE_REFUSED = ("exactly_once is refused: with faust-streaming 0.15.3 th
                         "their event ids, which the evidence log counts once")
 
 
-def processing_guarantee(settings) -> str:
-    """``settings.streams_processing_guarantee``, refused where it cannot work: exactly_once needs
-    Kafka transactions, which the embedded Tansu broker does not give aiokafka."""
-    guarantee = settings.streams_processing_guarantee
-    if guarantee == "exactly_once":
-        raise ConfigError(f"streams_processing_guarantee (SEPA_STREAMS_PROCESSING_GUARANTEE): {EXACTLY_ONCE_REFUSED}")
-    return guarantee
-
-
-def llm_summarizer(settings) -> LlmSummarizer | None:
-    """The cluster-summary model the settings name (``openai_base_url`` and ``openai_model``), or
-    None for feature summaries. Builds the OpenAI client; call it at the edge only."""
-    if settings.openai_base_url is None and settings.openai_model is None:
-        return None
-    if not settings.openai_base_url or not settings.openai_model:
-        raise ConfigError(f"LLM cluster summaries need both openai_base_url (SEPA_OPENAI_BASE_URL) and "
-                          f"openai_model (SEPA_OPENAI_MODEL), got {settings.openai_base_url!r} and "
-                          f"{settings.openai_model!r}")
-    if settings.openai_api_key is None:
-        raise ConfigError(f"LLM cluster summaries from {settings.openai_base_url} need an API key: set "
-                          "SEPA_OPENAI_API_KEY or OPENAI_API_KEY (any value for a server that checks none)")
-    import openai
-
-    client = openai.OpenAI(base_url=settings.openai_base_url,
-                           api_key=settings.openai_api_key.get_secret_value(), max_retries=1)
-    return LlmSummarizer(client, model=settings.openai_model)
-
-
 @dataclass(frozen=True, kw_only=True)
 class StreamsConfig:
     bootstrap_servers: str  # host:port[,host:port...]
@@ -134,25 +103,19 @@ class StreamsConfig:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"StreamsConfig.{name} must be > 0, got {getattr(self, name)!r}")
 
-    @classmethod
-    def from_settings(cls, settings, bootstrap_servers: str, **overrides) -> StreamsConfig:
-        """From the project's Settings (infra.settings) and a resolved broker."""
-        return cls(bootstrap_servers=bootstrap_servers, topic_prefix=settings.topic_prefix,
-                   processing_guarantee=processing_guarantee(settings),
-                   broker_session_timeout_s=settings.session_timeout_ms / 1000.0,
-                   data_dir=settings.memory_dir / "faust", **overrides)
-
 
 def _raw_topic(app: faust.App, *names: str):
     return app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
 
-def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None,
+def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Codec | None = None,
              consumer_factory: Callable[[dict], object] | None = None) -> faust.App:
-    """A faust app running the failure agents ``config`` enables. ``llm`` (optional) rewrites
-    cluster summaries with a language model; ``consumer_factory(extra settings)`` returns a
-    confluent_kafka Consumer for the broker (the clusterer's restore reads its log with it; needed
-    when it runs). Both are built by the caller, never from the environment."""
+    """A faust app running the agents ``config`` enables. ``codec`` frames and reads every event
+    (the manifest's schema ids when None; the edge passes the one it built, with a Schema
+    Registry's ids when one is configured). ``llm`` (optional) rewrites cluster summaries with a
+    language model; ``consumer_factory(extra settings)`` returns a confluent_kafka Consumer for the
+    broker (the clusterer's restore reads its log with it; needed when it runs). All are built by
+    the caller, never from the environment."""
     if config.run_clusterer and consumer_factory is None:
         raise ConfigError("make_app: the clusterer restores itself from failures.clusters and needs a "
                           "consumer_factory (extra settings -> confluent_kafka Consumer), built at the edge")
@@ -172,7 +135,7 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None,
         autodiscover=False,
     )
     prefix = config.topic_prefix
-    codec = Codec()
+    codec = codec or Codec()
     batching = Batching(config.batch_max, config.batch_within_s, config.tick_interval_s, config.stats_interval_s)
 
     def full(name: str) -> str:
@@ -193,35 +156,3 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None,
                                                         stage, batching, consumer_factory, llm)
         app.failure_cluster_stage = stage
     return app
-
-
-def app_from_environment() -> faust.App:
-    """The edge: settings from the environment / config file, broker resolved like the CLI does."""
-    from confluent_kafka import Consumer
-
-    from infra.kafka_clients import consumer_config
-    from infra.processes import resolve_bootstrap
-    from infra.settings import load_settings
-
-    settings = load_settings()
-    config = StreamsConfig.from_settings(settings, resolve_bootstrap(settings))
-
-    def consumer_factory(extra: dict) -> Consumer:
-        return Consumer(consumer_config(config.bootstrap_servers, f"{config.app_id}-clusterer-restore",
-                                        settings.session_timeout_ms, **extra))
-
-    return make_app(config, llm=llm_summarizer(settings) if config.run_clusterer else None,
-                    consumer_factory=consumer_factory)
-
-
-_app: faust.App | None = None
-
-
-def __getattr__(name: str):
-    """``streams.app.app`` is built on first access (``faust -A streams.app`` asks for it)."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = app_from_environment()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

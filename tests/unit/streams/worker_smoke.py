@@ -2,7 +2,7 @@
 
 Starts Tansu, creates the catalog's topics, publishes synthetic episodes plus one undecodable
 message, and synthetic EpisodeAnalysed events (tests/analysed_episodes.py) for the clusterer, runs
-``faust -A streams.app worker`` (settings from SEPA_* like any deployment), and reads
+``faust -A infra.streams_worker worker`` (settings from SEPA_* like any deployment), and reads
 failures.moments, failures.clusters and deadletter until clusters appear or the time is up.
 
 Usage:
@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests"))
 from analysed_episodes import analysed_episodes  # noqa: E402
 
+# What `sepa-eval up` runs (infra/processes.py): the faust edge with its web server off.
+STREAMS_WORKER = [sys.executable, "-m", "faust", "-A", "infra.streams_worker", "worker", "--without-web", "-l", "info"]
+
 
 def main(episodes: int, seconds: float) -> int:
     work = Path(tempfile.mkdtemp(prefix="sepa-worker-smoke-"))
@@ -49,7 +52,7 @@ def main(episodes: int, seconds: float) -> int:
         env = dict(os.environ, SEPA_BOOTSTRAP_SERVERS=boot, SEPA_MEMORY_DIR=str(work / "mem"))
         t0 = time.monotonic()
         with open(work / "worker.log", "w") as log:
-            worker = subprocess.Popen([sys.executable, "-m", "faust", "-A", "streams.app", "worker", "-l", "info"],
+            worker = subprocess.Popen(STREAMS_WORKER,
                                       cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         codec = Codec()
         reader = Consumer({"bootstrap.servers": boot, "group.id": "smoke-reader", "auto.offset.reset": "earliest",
