@@ -56,7 +56,8 @@ class Child:
 PIPELINE = Child("pipeline", "pipeline", "infra.pipeline")
 STREAMS = Child("streams", "streams worker", "infra.streams_worker")
 ROLLOUT = Child("rollout", "rollout worker", "rollout-worker")
-CHILDREN = (PIPELINE, STREAMS, ROLLOUT)
+CRITICS = Child("critics", "critics", "critics")
+CHILDREN = (PIPELINE, STREAMS, ROLLOUT, CRITICS)
 BROKER_MARKER = "tansu"
 
 
@@ -96,6 +97,7 @@ class RunState:
     streams_pid: int | None = None  # the faust worker: failure detection and clustering
     streams_web: str | None = None  # its faust web server, when the settings turn it on
     rollout_pid: int | None = None  # serves rollout.requests
+    critics_pid: int | None = None  # validates candidates (robustness, safety, semantic)
 
     @classmethod
     def read(cls, settings: Settings) -> RunState:
@@ -276,6 +278,8 @@ def command(settings: Settings, child: Child) -> list[str]:
         return [sys.executable, "-m", "faust", "-A", "infra.streams_worker", "worker", *web, "-l", "info"]
     if child is ROLLOUT:
         return [sys.executable, "-m", "infra.cli", "rollout-worker"]
+    if child is CRITICS:
+        return [sys.executable, "-m", "infra.cli", "critics"]
     raise ValueError(f"no command for {child}")
 
 
@@ -371,7 +375,7 @@ def down(settings: Settings) -> list[str]:
         state = RunState.read(settings)
         stopped = []
         # The consumers first: they commit their last batch while the broker is still there.
-        for child in (STREAMS, ROLLOUT, PIPELINE):
+        for child in (CRITICS, STREAMS, ROLLOUT, PIPELINE):
             if state.alive(child):
                 stop_child(state.pid_of(child))
                 stopped.append(f"{child.label} (pid {state.pid_of(child)})")
@@ -421,4 +425,5 @@ def process_status(settings: Settings, state: RunState) -> dict:
                          "store": state.store_url or settings.clickhouse_url or f"chdb://{settings.chdb_path}"},
             "streams": {"pid": state.streams_pid if state.streams_alive else None,
                         "web": state.streams_web if state.streams_alive else None},
-            "rollout_worker": {"pid": state.rollout_pid if state.rollout_alive else None}}
+            "rollout_worker": {"pid": state.rollout_pid if state.rollout_alive else None},
+            "critics": {"pid": state.critics_pid if state.alive(CRITICS) else None}}

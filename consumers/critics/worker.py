@@ -98,8 +98,15 @@ class CriticsWorker:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        self.consumer.subscribe([f"{self.prefix}scenarios.candidates"], on_revoke=self._on_revoke)
+    def run(self, stop: threading.Event, on_assigned=None) -> None:
+        """Until ``stop`` is set; ``on_assigned()`` is called once the group gave this worker its
+        partitions (the readiness `sepa-eval up` waits for)."""
+        def assigned(consumer, partitions) -> None:
+            if on_assigned is not None:
+                on_assigned()
+
+        self.consumer.subscribe([f"{self.prefix}scenarios.candidates"], on_assign=assigned,
+                                on_revoke=self._on_revoke)
         last = 0.0
         try:
             while not stop.is_set():
