@@ -118,9 +118,10 @@ class Settled:
 
     episodes: int  # ended
     failed: int  # failed, analysed, of a termination the clusterer takes in
+    fragile: int  # successes with failure moments (the clusterer takes them in too)
     analysed: int
     moments: int  # failure moments of the run's episodes (from their EpisodeAnalysed)
-    clustered: int  # failed episodes with their intake ClusterAssigned
+    clustered: int  # failed and fragile episodes with their intake ClusterAssigned
 
 
 def wait_for_episodes(store: EvidenceStore, requests: list[dict], deadline: float,
@@ -162,8 +163,9 @@ def wait_until_settled(store: EvidenceStore, requests: list[dict], deadline: flo
                 missing.append(f"{len(state.unanalysed)} of {len(state.ended)} ended episodes have no EpisodeAnalysed "
                                f"in failure_episodes (the failure detector's): {_quote(state.unanalysed)}")
             if state.unclustered:
-                missing.append(f"{len(state.unclustered)} of {len(state.failed)} failed episodes have no intake "
-                               f"ClusterAssigned in failure_clusters (the clusterer's): {_quote(state.unclustered)}")
+                missing.append(f"{len(state.unclustered)} of {len(state.to_cluster)} failed (or fragile) episodes have "
+                               f"no intake ClusterAssigned in failure_clusters (the clusterer's): "
+                               f"{_quote(state.unclustered)}")
             raise WaitTimeout("the failure analysis did not catch up in time: " + "; ".join(missing))
         time.sleep(POLL_S)
 
@@ -175,9 +177,10 @@ class SettleState:
     clustered: set[str]
 
     @property
-    def failed(self) -> list[str]:
-        return sorted(e for e, (success, analysed, termination, _) in self.analysed.items()
-                      if not success and analysed and termination not in NOT_CLUSTERED_TERMINATIONS)
+    def to_cluster(self) -> list[str]:
+        """The episodes the clusterer takes in: failures, and successes with failure moments (fragile wins)."""
+        return sorted(e for e, (success, analysed, termination, moments) in self.analysed.items()
+                      if (not success or moments) and analysed and termination not in NOT_CLUSTERED_TERMINATIONS)
 
     @property
     def unanalysed(self) -> list[str]:
@@ -185,7 +188,7 @@ class SettleState:
 
     @property
     def unclustered(self) -> list[str]:
-        return [e for e in self.failed if e not in self.clustered]
+        return [e for e in self.to_cluster if e not in self.clustered]
 
     @property
     def analysed_count(self) -> int:
@@ -193,15 +196,16 @@ class SettleState:
 
     @property
     def clustered_count(self) -> int:
-        return len(self.failed) - len(self.unclustered)
+        return len(self.to_cluster) - len(self.unclustered)
 
     @property
     def total(self) -> int:
-        return len(self.ended) + len(self.failed)
+        return len(self.ended) + len(self.to_cluster)
 
     @property
     def settled(self) -> Settled:
-        return Settled(episodes=len(self.ended), failed=len(self.failed), analysed=len(self.analysed),
+        return Settled(episodes=len(self.ended), failed=sum(not self.analysed[e][0] for e in self.to_cluster),
+                       fragile=sum(bool(self.analysed[e][0]) for e in self.to_cluster), analysed=len(self.analysed),
                        moments=sum(m for *_, m in self.analysed.values()), clustered=self.clustered_count)
 
 
@@ -228,8 +232,8 @@ def settle_state(store: EvidenceStore, request_ids: list[str]) -> SettleState:
         "SELECT episode_id, any(success), any(analysed), any(termination), any(length(moments)) "
         "FROM {database}.failure_episodes FINAL WHERE has({episodes:Array(String)}, episode_id) "
         "GROUP BY episode_id", {"episodes": ended})}
-    failed = [e for e, (success, ok, termination, _) in analysed.items()
-              if not success and ok and termination not in NOT_CLUSTERED_TERMINATIONS]
+    failed = [e for e, (success, ok, termination, moments) in analysed.items()
+              if (not success or moments) and ok and termination not in NOT_CLUSTERED_TERMINATIONS]
     clustered = {row[0] for row in store.query(
         "SELECT DISTINCT episode_id FROM {database}.failure_clusters FINAL "
         "WHERE envelope.event_type = 'ClusterAssigned' AND intake AND has({episodes:Array(String)}, episode_id)",

@@ -117,15 +117,16 @@ def _raw_topic(app: faust.App, *names: str):
 
 def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Codec | None = None,
              consumer_factory: Callable[[dict], object] | None = None,
-             store_factory: Callable[[], object] | None = None) -> faust.App:
+             store_factory: Callable[[], object] | None = None, feasibility: Callable | None = None) -> faust.App:
     """A faust app running the agents ``config`` enables. ``codec`` frames and reads every event
     (the manifest's schema ids when None; the edge passes the one it built, with a Schema
     Registry's ids when one is configured). ``llm`` (optional) rewrites cluster summaries with a
     language model; ``consumer_factory(extra settings)`` returns a confluent_kafka Consumer for the
     broker (the clusterer's restore reads its log with it; needed when it runs); ``store_factory()``
     opens the evidence store (the mutator and the gate read the log through it; needed when they
-    run). All are built by the caller, never from the environment (an LLM paraphraser for the
-    mutator comes inside ``config.mutator``)."""
+    run); ``feasibility(spec)`` is the mutator's pre-check (producers.sim.feasibility: the caller
+    imports the simulator, before faust takes over the process's stdout). All are built by the
+    caller, never from the environment (an LLM paraphraser comes inside ``config.mutator``)."""
     if config.run_clusterer and consumer_factory is None:
         raise ConfigError("make_app: the clusterer restores itself from failures.clusters and needs a "
                           "consumer_factory (extra settings -> confluent_kafka Consumer), built at the edge")
@@ -170,7 +171,7 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
                                                         stage, batching, consumer_factory, llm)
         app.failure_cluster_stage = stage
     if config.run_mutator:
-        runner = MutatorRunner(store_factory, codec, config.mutator)
+        runner = MutatorRunner(store_factory, codec, config.mutator, check=feasibility)
         register_mutator(app, _raw_topic(app, full("benchmark.cycles")), outputs, runner)
         app.mutator = runner
     if config.run_gate:

@@ -73,7 +73,8 @@ def _show(kind: str, value, status) -> None:
     lines = {
         "base": lambda v: f"promoting the base benchmark: {', '.join(v)}",
         "sweep": lambda v: f"sweeping {v['requests']} model x scenario pairs of benchmark v{v['version']}",
-        "settled": lambda v: f"sweep done: {v.episodes} episodes, {v.failed} failed, {v.clustered} clustered",
+        "settled": lambda v: f"sweep done: {v.episodes} episodes, {v.failed} failed, {v.fragile} fragile successes, "
+                             f"{v.clustered} of them clustered",
         "cycle": lambda v: f"cycle {v['cycle_id']} opened at clusterer position {v['clusters_position']}",
         "generated": lambda v: f"{len(v.proposed)} candidates proposed ({v.infeasible} infeasible); validating",
     }
