@@ -146,11 +146,13 @@ def wait_for_episodes(store: EvidenceStore, requests: list[dict], deadline: floa
 
 
 def wait_until_settled(store: EvidenceStore, requests: list[dict], deadline: float,
-                       progress: Progress | None = None, check: Check | None = None) -> Settled:
-    """Until every ended episode of the requests is analysed and every failed one clustered."""
+                       progress: Progress | None = None, check: Check | None = None,
+                       fragile: bool = False) -> Settled:
+    """Until every ended episode of the requests is analysed and every failed one clustered
+    (``fragile``: the clusterer takes in successes with failure moments too, and is waited for)."""
     request_ids = [r["request_id"] for r in requests]
     while True:
-        state = settle_state(store, request_ids)
+        state = settle_state(store, request_ids, fragile)
         if progress is not None:
             progress(state.analysed_count + state.clustered_count, state.total)
         if not state.unanalysed and not state.unclustered:
@@ -175,12 +177,12 @@ class SettleState:
     ended: list[str]
     analysed: dict[str, tuple[bool, bool, str, int]]  # episode -> (success, analysed, termination, moments)
     clustered: set[str]
+    fragile: bool = False  # the clusterer takes in successes with failure moments too
 
     @property
     def to_cluster(self) -> list[str]:
         """The episodes the clusterer takes in: failures, and successes with failure moments (fragile wins)."""
-        return sorted(e for e, (success, analysed, termination, moments) in self.analysed.items()
-                      if (not success or moments) and analysed and termination not in NOT_CLUSTERED_TERMINATIONS)
+        return sorted(e for e, a in self.analysed.items() if taken_in(*a, fragile=self.fragile))
 
     @property
     def unanalysed(self) -> list[str]:
@@ -223,22 +225,26 @@ def ended_episodes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[s
     return [(r, e) for r, e in store.query(ENDED_OF_REQUESTS, {"requests": request_ids})]
 
 
-def settle_state(store: EvidenceStore, request_ids: list[str]) -> SettleState:
+def taken_in(success: bool, analysed: bool, termination: str, moments: int, fragile: bool) -> bool:
+    """Whether the clusterer takes an analysed episode in (streams/failures/collector.py's rule)."""
+    return (not success or (fragile and moments > 0)) and analysed and termination not in NOT_CLUSTERED_TERMINATIONS
+
+
+def settle_state(store: EvidenceStore, request_ids: list[str], fragile: bool = False) -> SettleState:
     """Where the failure analysis of the requests' ended episodes stands, read from the evidence log."""
     ended = sorted({e for _, e in ended_episodes(store, request_ids)})
     if not ended:
-        return SettleState([], {}, set())
+        return SettleState([], {}, set(), fragile)
     analysed = {e: (bool(s), bool(a), t, int(m)) for e, s, a, t, m in store.query(
         "SELECT episode_id, any(success), any(analysed), any(termination), any(length(moments)) "
         "FROM {database}.failure_episodes FINAL WHERE has({episodes:Array(String)}, episode_id) "
         "GROUP BY episode_id", {"episodes": ended})}
-    failed = [e for e, (success, ok, termination, moments) in analysed.items()
-              if (not success or moments) and ok and termination not in NOT_CLUSTERED_TERMINATIONS]
+    failed = [e for e, a in analysed.items() if taken_in(*a, fragile=fragile)]
     clustered = {row[0] for row in store.query(
         "SELECT DISTINCT episode_id FROM {database}.failure_clusters FINAL "
         "WHERE envelope.event_type = 'ClusterAssigned' AND intake AND has({episodes:Array(String)}, episode_id)",
         {"episodes": failed})} if failed else set()
-    return SettleState(ended, analysed, clustered)
+    return SettleState(ended, analysed, clustered, fragile)
 
 
 def episode_outcomes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[int, str, str, int, bool]]:
@@ -307,6 +313,7 @@ class EvolveConfig:
     seed: int = 0
     base: tuple[dict, ...] = ()  # ScenarioSpec records of the base benchmark (promoted when nothing is)
     stage_timeout_s: float = 1800.0  # each wait of a cycle gives up after this long
+    fragile: bool = True  # the clusterer takes in fragile successes (Settings.cluster_fragile_successes)
 
     def __post_init__(self) -> None:
         if self.generator not in ("failure-guided", "blind"):
@@ -390,7 +397,7 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
     on_event("sweep", {"version": version, "scenarios": len(benchmark.scenarios), "requests": len(requests)})
     deadline = deadline_in(config.stage_timeout_s)
     wait_for_episodes(store, requests, deadline, check=check)
-    settled = wait_until_settled(store, requests, deadline, check=check)
+    settled = wait_until_settled(store, requests, deadline, check=check, fragile=config.fragile)
     on_event("settled", settled)
 
     cycle_id = f"{config.run_id}-c{k}"

@@ -58,6 +58,9 @@ class Settings(BaseModel):
     judge_api_key: SecretStr | None = Field(None, description="unset = OPENAI_API_KEY")
     judge_timeout_s: float = Field(60.0, gt=0, description="per judge call")
     judge_threshold: float = Field(0.8, gt=0, le=1, description="a judgment passes at score >= this")
+    # The clusterer also takes in successes with failure moments (fragile wins): at a saturated
+    # benchmark they are most of what there is to mine. `run` waits for them too.
+    cluster_fragile_successes: bool = True
     # The gate: a verdict missing this long after the proposal defers the candidate.
     gate_verdict_timeout_s: float = Field(1800.0, gt=0, description="s")
 

@@ -32,6 +32,7 @@ from infra.settings import Settings
 from schemas.codec import Codec
 from streams.app import EXACTLY_ONCE_REFUSED, StreamsConfig, make_app
 from streams.exceptions import ConfigError
+from streams.failures.collector import CollectorConfig
 from streams.failures.summaries import LlmSummarizer
 from streams.gate.gate import GateConfig
 from streams.mutations.agent import MutatorConfig
@@ -89,7 +90,8 @@ def mutator_config(settings: Settings) -> MutatorConfig:
 
 def streams_config(settings: Settings, bootstrap_servers: str, **overrides) -> StreamsConfig:
     """The StreamsConfig the settings give, for the broker the edge resolved."""
-    values = {"mutator": mutator_config(settings),
+    values = {"mutator": mutator_config(settings), "run_mutator": True, "run_gate": True,
+              "collector": CollectorConfig(fragile_successes=settings.cluster_fragile_successes),
               "gate": GateConfig(semantic_required=settings.judge_configured,
                                  verdict_timeout_s=settings.gate_verdict_timeout_s), **overrides}
     return StreamsConfig(bootstrap_servers=bootstrap_servers, topic_prefix=settings.topic_prefix,

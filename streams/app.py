@@ -82,8 +82,10 @@ class StreamsConfig:
     stats_interval_s: float = 30.0  # stage counters are logged this often when they changed, s
     run_detector: bool = True
     run_clusterer: bool = True  # in exactly one worker
-    run_mutator: bool = True  # answers evolution cycles (benchmark.cycles: one partition, one mutator at a time)
-    run_gate: bool = True  # decides candidates (the worker holding benchmark.decisions' partition)
+    # The evolving loop's agents read the evidence log (make_app needs a store_factory for them);
+    # the streams worker `sepa-eval up` starts runs both (infra/streams_worker.py).
+    run_mutator: bool = False  # answers evolution cycles (benchmark.cycles: one partition, one mutator at a time)
+    run_gate: bool = False  # decides candidates (the worker holding benchmark.decisions' partition)
     gate: GateConfig = field(default_factory=GateConfig)
     mutator: MutatorConfig = field(default_factory=MutatorConfig)
     detector: DetectorConfig = field(default_factory=DetectorConfig)

@@ -43,7 +43,7 @@ def run(ctx: typer.Context,
         base = tuple(adapter.base_scenario(task.strip(), RUN_HORIZON) for task in env.split(",") if task.strip())
         config = orchestrator.EvolveConfig(run_id=run_id or f"run-{seed}", cycles=cycles, sweep_seeds=sweep_seeds,
                                            max_candidates=max_candidates, generator=generator, seed=seed, base=base,
-                                           stage_timeout_s=timeout)
+                                           stage_timeout_s=timeout, fragile=settings.cluster_fragile_successes)
         result = processes.up(settings)
         if result.started:
             console.print(f"started {', '.join(result.started)}")

@@ -55,7 +55,8 @@ class CollectorConfig:
     skip_terminations: tuple[str, ...] = ("env_error", "aborted")  # not policy failures: not clustered
     # A success with failure moments (a miss it recovered from, a collision on the way) is a fragile
     # win: binary success hides it, and at a saturated benchmark it is most of what there is to mine.
-    fragile_successes: bool = True
+    # Off here (the clusterer of failures); the product turns it on (infra/streams_worker.py).
+    fragile_successes: bool = False
     # Re-cluster after this long without input when episodes came in since the last re-clustering,
     # s; None (the default) = only on the intake schedule, so the clusters are a function of the
     # input alone (a report taken once every episode is in stays true later).

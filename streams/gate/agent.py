@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 import faust
+from faust.types import TP
 
 from consumers import benchmark_state as q
 from consumers.evidence.store import EvidenceStore
@@ -114,7 +115,7 @@ class GateRunner:
 
 def register_gate(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
                   runner: GateRunner, tick_interval_s: float, prefix: str) -> None:
-    owned = faust.types.TP(BY_NAME[OUTPUT_TOPIC].full_name(prefix), 0)
+    owned = TP(BY_NAME[OUTPUT_TOPIC].full_name(prefix), 0)
     lock = asyncio.Lock()
 
     @app.agent(source, name="promotion-gate")
