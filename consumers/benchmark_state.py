@@ -495,6 +495,7 @@ class Trial:
     steps: int
     request_id: str | None
     final_keyframe_sha256: str | None
+    ended_at: datetime | None = None
 
     @property
     def pair_key(self) -> tuple[int, str] | None:
@@ -510,10 +511,10 @@ def trials(store: EvidenceStore, *, model_ids: Sequence[str] | None = None, scen
     sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids,
                       model_versions=model_versions)
     rows = store.query("SELECT model_id, model_version, scenario_id, seed, variant, episode_id, success, valid, "
-                       f"termination, steps, request_id, keyframe FROM ({sql}) "
+                       f"termination, steps, request_id, keyframe, ended_at FROM ({sql}) "
                        "ORDER BY model_id, model_version, scenario_id, seed, variant, episode_id", parameters=params)
     return [Trial(r[0], r[1], r[2], None if r[3] is None else int(r[3]), r[4] or "", r[5], bool(r[6]), bool(r[7]),
-                  r[8], int(r[9]), r[10], r[11]) for r in rows]
+                  r[8], int(r[9]), r[10], r[11], _utc(r[12])) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -898,6 +899,36 @@ def clusters(store: EvidenceStore, *, as_of_position: int | None = None, include
     return sorted(out, key=lambda c: (-c.size, c.cluster_id))
 
 
+def cluster_events(store: EvidenceStore, *, before_position: int) -> list[dict]:
+    """The latest ClusterUpdated of every cluster before ``before_position`` (size 0 included), as
+    records with the fields a mutator seeds from: what a cycle opened at that position sees."""
+    cols = ("cluster_id", "size", "revision", "position", "dominant_failure_type", "failure_types", "root_types",
+            "model_counts", "scenario_counts", "site", "representative_episode_id", "representative_scenario_id",
+            "representative_scenario")
+    rows = store.query(
+        f"SELECT {', '.join(f'argMax({c}, position)' if c != 'cluster_id' else c for c in cols)} "
+        "FROM {database}.failure_clusters FINAL WHERE envelope.event_type = 'ClusterUpdated' "
+        "AND position < {p:Int64} GROUP BY cluster_id ORDER BY cluster_id", parameters={"p": int(before_position)})
+    out = []
+    for r in rows:
+        record = dict(zip(cols, r, strict=True))
+        for name in ("failure_types", "root_types", "model_counts", "scenario_counts", "site",
+                     "representative_scenario"):
+            record[name] = dict(record[name])
+        out.append(record)
+    return out
+
+
+def cluster_log_length(store: EvidenceStore) -> int:
+    """How many of the clusterer's output positions the log holds from 0 without a gap (the next
+    position to come, once the sink has caught up)."""
+    n, top = store.query("SELECT uniqExact(position), max(position) FROM {database}.failure_clusters FINAL")[0]
+    n = int(n)
+    if n == 0:
+        return 0
+    return n if int(top) == n - 1 else min(n, int(top) + 1)
+
+
 def noise_episodes(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> int:
     """Failed episodes whose latest assignment (by position) is "noise": clustered with nothing yet."""
     params: dict = {}
@@ -905,6 +936,55 @@ def noise_episodes(store: EvidenceStore, *, run_id: str | None = None, as_of: da
     return int(store.query(
         f"SELECT countIf(c = 'noise') FROM (SELECT episode_id, argMax(cluster_id, position) AS c "
         f"FROM {{database}}.failure_clusters FINAL{_where(conditions)} GROUP BY episode_id)", parameters=params)[0][0])
+
+
+# --- what the critics and the gate read of single episodes and requests ------------------------
+
+def requested(store: EvidenceStore, request_ids: Sequence[str]) -> set[str]:
+    """Those of ``request_ids`` already in the log (a critic does not publish a request twice)."""
+    if not request_ids:
+        return set()
+    rows = store.query("SELECT DISTINCT request_id FROM {database}.rollout_requests FINAL "
+                       "WHERE request_id IN {ids:Array(String)}", parameters={"ids": list(request_ids)})
+    return {r[0] for r in rows}
+
+
+def scenario_spec(store: EvidenceStore, scenario_id: str) -> dict | None:
+    """The ScenarioSpec of a scenario, from wherever the log carries it (a promotion, a candidate,
+    a rollout request), or None when the log has never seen it."""
+    for sql in ("SELECT scenario FROM {database}.benchmark_decisions FINAL WHERE envelope.event_type = 'Promoted' "
+                "AND scenario_id = {sid:String} LIMIT 1",
+                "SELECT scenario FROM {database}.scenario_candidates FINAL WHERE scenario_id = {sid:String} LIMIT 1",
+                "SELECT scenario FROM {database}.rollout_requests FINAL WHERE scenario_id = {sid:String} LIMIT 1"):
+        rows = store.query(sql, parameters={"sid": scenario_id})
+        if rows:
+            return dict(rows[0][0])
+    return None
+
+
+def analysed_episodes(store: EvidenceStore, episode_ids: Sequence[str]) -> list[dict]:
+    """The EpisodeAnalysed of each of ``episode_ids`` the detector has decided, as records
+    (episode_id, model_id, scenario_id, success, termination, steps, quality, analysed, moments)."""
+    if not episode_ids:
+        return []
+    cols = ("episode_id", "model_id", "scenario_id", "success", "termination", "steps", "quality", "analysed",
+            "moments")
+    rows = store.query(f"SELECT {', '.join(cols)} FROM {{database}}.failure_episodes FINAL "
+                       "WHERE episode_id IN {ids:Array(String)} ORDER BY episode_id",
+                       parameters={"ids": list(episode_ids)})
+    return [dict(zip(cols, r, strict=True)) | {"moments": [dict(m) for m in r[-1]], "quality": dict(r[6])}
+            for r in rows]
+
+
+def episode_keyframes(store: EvidenceStore, episode_id: str) -> list[str]:
+    """The sha256 of every keyframe of one episode, in step order, its final frame last."""
+    rows = store.query("SELECT keyframe_sha256 FROM {database}.rollout_steps FINAL WHERE episode_id = {e:String} "
+                       "AND keyframe_sha256 IS NOT NULL ORDER BY t", parameters={"e": episode_id})
+    frames = [r[0] for r in rows]
+    final = store.query("SELECT final_keyframe_sha256 FROM {database}.rollout_episodes FINAL WHERE episode_id = "
+                        "{e:String} AND envelope.event_type = 'EpisodeEnded' AND final_keyframe_sha256 IS NOT NULL",
+                        parameters={"e": episode_id})
+    return frames + [r[0] for r in final if r[0] not in frames]
 
 
 # --- candidates, verdicts, the funnel ------------------------------------------------------------
@@ -952,6 +1032,8 @@ class Candidate:
     source_cluster_id: str | None
     params: Mapping[str, str]
     proposed_at: datetime
+    scenario: Mapping  # the ScenarioSpec record
+    event_id: str  # of its (first) CandidateProposed
     # promoted | rejected | deferred | review | approved (review approved, not yet promoted) |
     # retired | pending (no decision yet)
     status: str
@@ -985,7 +1067,8 @@ def candidates(store: EvidenceStore, *, cycle_id: str | None = None, generator: 
         conditions.append("generator = {generator:String}")
     rows = store.query(
         "SELECT scenario_id, argMin(parent_scenario_id, k), argMin(operator, k), argMin(factor, k), "
-        "argMin(generator, k), argMin(cycle_id, k), argMin(source_cluster_id, k), argMin(params, k), min(t) FROM "
+        "argMin(generator, k), argMin(cycle_id, k), argMin(source_cluster_id, k), argMin(params, k), min(t), "
+        "argMin(scenario, k), argMin(envelope.event_id, k) FROM "
         "(SELECT *, envelope.event_time AS t, (envelope.event_time, envelope.event_id) AS k "
         f" FROM {{database}}.scenario_candidates FINAL{_where(conditions)}) GROUP BY scenario_id ORDER BY min(t), "
         "scenario_id", parameters=params)
@@ -1001,8 +1084,8 @@ def candidates(store: EvidenceStore, *, cycle_id: str | None = None, generator: 
     out = []
     for r in rows:
         status, decided_at = _status(history[r[0]])
-        out.append(Candidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], dict(r[7]), _utc(r[8]), status, decided_at,
-                             tuple(judged[r[0]])))
+        out.append(Candidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], dict(r[7]), _utc(r[8]), r[9], r[10], status,
+                             decided_at, tuple(judged[r[0]])))
     return out
 
 

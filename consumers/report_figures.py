@@ -100,8 +100,9 @@ def frontier(data: ReportData) -> bytes | None:
                 continue
             xs.append(x)
             ys.append(score.success_rate)
-            lo.append(score.success_rate - score.interval[0])
-            hi.append(score.interval[1] - score.success_rate)
+            # max(0, ...): at 0% or 100% the Wilson bound equals the rate up to rounding
+            lo.append(max(0.0, score.success_rate - score.interval[0]))
+            hi.append(max(0.0, score.interval[1] - score.success_rate))
         left.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=model_id, color=PALETTE[k % len(PALETTE)])
     left.set_xticks(range(len(points)), labels)
     left.set_ylim(-0.02, 1.02)

@@ -21,9 +21,11 @@ A timeout names what is missing (which requests, which episodes, which table). T
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from consumers import benchmark_state as q
 from consumers.evidence.store import EvidenceStore
 from infra import processes
 from infra.exceptions import NotRunning, RequestRefused, WaitTimeout
@@ -32,7 +34,7 @@ from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request
 from producers.sim.models import ModelConfig
 from schemas.catalog import BY_NAME
-from schemas.events import make_event
+from schemas.events import make_event, stable_id
 
 POLL_S = 0.5
 # Terminations that are not the policy's failure: the clusterer does not take them in.
@@ -63,6 +65,18 @@ def still_coming(settings: Settings, store: EvidenceStore, requests: list[dict])
         if refused:
             raise RequestRefused("; ".join(f"the rollout worker refused {rid}: {reason}"
                                            for rid, reason in refused.items()))
+    return check
+
+
+def still_running(settings: Settings) -> Check:
+    """A check for the evolving loop's waits: every process `up` started still runs."""
+    state = processes.RunState.read(settings)
+
+    def check() -> None:
+        for child in processes.CHILDREN:
+            if state.pid_of(child) is not None and not state.alive(child):
+                raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped; "
+                                 f"see {child.log(settings)}")
     return check
 
 
@@ -104,9 +118,10 @@ class Settled:
 
     episodes: int  # ended
     failed: int  # failed, analysed, of a termination the clusterer takes in
+    fragile: int  # successes with failure moments (the clusterer takes them in too)
     analysed: int
     moments: int  # failure moments of the run's episodes (from their EpisodeAnalysed)
-    clustered: int  # failed episodes with their intake ClusterAssigned
+    clustered: int  # failed and fragile episodes with their intake ClusterAssigned
 
 
 def wait_for_episodes(store: EvidenceStore, requests: list[dict], deadline: float,
@@ -131,11 +146,13 @@ def wait_for_episodes(store: EvidenceStore, requests: list[dict], deadline: floa
 
 
 def wait_until_settled(store: EvidenceStore, requests: list[dict], deadline: float,
-                       progress: Progress | None = None, check: Check | None = None) -> Settled:
-    """Until every ended episode of the requests is analysed and every failed one clustered."""
+                       progress: Progress | None = None, check: Check | None = None,
+                       fragile: bool = False) -> Settled:
+    """Until every ended episode of the requests is analysed and every failed one clustered
+    (``fragile``: the clusterer takes in successes with failure moments too, and is waited for)."""
     request_ids = [r["request_id"] for r in requests]
     while True:
-        state = settle_state(store, request_ids)
+        state = settle_state(store, request_ids, fragile)
         if progress is not None:
             progress(state.analysed_count + state.clustered_count, state.total)
         if not state.unanalysed and not state.unclustered:
@@ -148,8 +165,9 @@ def wait_until_settled(store: EvidenceStore, requests: list[dict], deadline: flo
                 missing.append(f"{len(state.unanalysed)} of {len(state.ended)} ended episodes have no EpisodeAnalysed "
                                f"in failure_episodes (the failure detector's): {_quote(state.unanalysed)}")
             if state.unclustered:
-                missing.append(f"{len(state.unclustered)} of {len(state.failed)} failed episodes have no intake "
-                               f"ClusterAssigned in failure_clusters (the clusterer's): {_quote(state.unclustered)}")
+                missing.append(f"{len(state.unclustered)} of {len(state.to_cluster)} failed (or fragile) episodes have "
+                               f"no intake ClusterAssigned in failure_clusters (the clusterer's): "
+                               f"{_quote(state.unclustered)}")
             raise WaitTimeout("the failure analysis did not catch up in time: " + "; ".join(missing))
         time.sleep(POLL_S)
 
@@ -159,11 +177,12 @@ class SettleState:
     ended: list[str]
     analysed: dict[str, tuple[bool, bool, str, int]]  # episode -> (success, analysed, termination, moments)
     clustered: set[str]
+    fragile: bool = False  # the clusterer takes in successes with failure moments too
 
     @property
-    def failed(self) -> list[str]:
-        return sorted(e for e, (success, analysed, termination, _) in self.analysed.items()
-                      if not success and analysed and termination not in NOT_CLUSTERED_TERMINATIONS)
+    def to_cluster(self) -> list[str]:
+        """The episodes the clusterer takes in: failures, and successes with failure moments (fragile wins)."""
+        return sorted(e for e, a in self.analysed.items() if taken_in(*a, fragile=self.fragile))
 
     @property
     def unanalysed(self) -> list[str]:
@@ -171,7 +190,7 @@ class SettleState:
 
     @property
     def unclustered(self) -> list[str]:
-        return [e for e in self.failed if e not in self.clustered]
+        return [e for e in self.to_cluster if e not in self.clustered]
 
     @property
     def analysed_count(self) -> int:
@@ -179,15 +198,16 @@ class SettleState:
 
     @property
     def clustered_count(self) -> int:
-        return len(self.failed) - len(self.unclustered)
+        return len(self.to_cluster) - len(self.unclustered)
 
     @property
     def total(self) -> int:
-        return len(self.ended) + len(self.failed)
+        return len(self.ended) + len(self.to_cluster)
 
     @property
     def settled(self) -> Settled:
-        return Settled(episodes=len(self.ended), failed=len(self.failed), analysed=len(self.analysed),
+        return Settled(episodes=len(self.ended), failed=sum(not self.analysed[e][0] for e in self.to_cluster),
+                       fragile=sum(bool(self.analysed[e][0]) for e in self.to_cluster), analysed=len(self.analysed),
                        moments=sum(m for *_, m in self.analysed.values()), clustered=self.clustered_count)
 
 
@@ -205,22 +225,26 @@ def ended_episodes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[s
     return [(r, e) for r, e in store.query(ENDED_OF_REQUESTS, {"requests": request_ids})]
 
 
-def settle_state(store: EvidenceStore, request_ids: list[str]) -> SettleState:
+def taken_in(success: bool, analysed: bool, termination: str, moments: int, fragile: bool) -> bool:
+    """Whether the clusterer takes an analysed episode in (streams/failures/collector.py's rule)."""
+    return (not success or (fragile and moments > 0)) and analysed and termination not in NOT_CLUSTERED_TERMINATIONS
+
+
+def settle_state(store: EvidenceStore, request_ids: list[str], fragile: bool = False) -> SettleState:
     """Where the failure analysis of the requests' ended episodes stands, read from the evidence log."""
     ended = sorted({e for _, e in ended_episodes(store, request_ids)})
     if not ended:
-        return SettleState([], {}, set())
+        return SettleState([], {}, set(), fragile)
     analysed = {e: (bool(s), bool(a), t, int(m)) for e, s, a, t, m in store.query(
         "SELECT episode_id, any(success), any(analysed), any(termination), any(length(moments)) "
         "FROM {database}.failure_episodes FINAL WHERE has({episodes:Array(String)}, episode_id) "
         "GROUP BY episode_id", {"episodes": ended})}
-    failed = [e for e, (success, ok, termination, _) in analysed.items()
-              if not success and ok and termination not in NOT_CLUSTERED_TERMINATIONS]
+    failed = [e for e, a in analysed.items() if taken_in(*a, fragile=fragile)]
     clustered = {row[0] for row in store.query(
         "SELECT DISTINCT episode_id FROM {database}.failure_clusters FINAL "
         "WHERE envelope.event_type = 'ClusterAssigned' AND intake AND has({episodes:Array(String)}, episode_id)",
         {"episodes": failed})} if failed else set()
-    return SettleState(ended, analysed, clustered)
+    return SettleState(ended, analysed, clustered, fragile)
 
 
 def episode_outcomes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[int, str, str, int, bool]]:
@@ -255,3 +279,200 @@ def _ended_per_request(store: EvidenceStore, request_ids: list[str]) -> dict[str
 def _quote(ids: list[str]) -> str:
     shown = ", ".join(ids[:QUOTED_IDS])
     return shown + (f" and {len(ids) - QUOTED_IDS} more" if len(ids) > QUOTED_IDS else "")
+
+
+# --- the evolving loop ------------------------------------------------------------------------
+#
+#   result = evolve(store, publisher, models, EvolveConfig(cycles=2, run_id="run-7"), on_event=print)
+#
+# A cycle: sweep every registered model over the active benchmark (seeds 0..sweep_seeds-1; a
+# (scenario, model version, seeds) already swept is not run again), wait until every sweep episode is
+# analysed and every failure clustered, open the cycle (CycleStarted, naming the clusterer's log
+# position the mutator seeds from), wait for the mutator's answer and for the gate's decision on
+# every candidate it proposed (the critics validate them meanwhile), then report the cycle. The
+# first cycle of an empty log first promotes the base scenarios (through the gate, as candidates
+# of generator "base").
+
+BASE_OPERATOR = "base"
+ORCHESTRATOR = "orchestrator"
+# Decisions the gate leaves a candidate in that end a cycle's wait (a deferred candidate is re-tried
+# by the gate later; one in review waits for a person).
+CYCLE_SETTLED = ("promoted", "rejected", "deferred", "review", "approved", "retired")
+# After the last candidate is decided, the log is read again once it has been quiet this long, so
+# retirements the gate published with the promotions are in.
+QUIET_S = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvolveConfig:
+    run_id: str
+    cycles: int = 2
+    sweep_seeds: int = 20  # seeds 0..n-1 per model x active scenario; the critics' control arm reuses them
+    max_candidates: int = 4  # per cycle
+    generator: str = "failure-guided"  # or "blind" (the baseline arm)
+    seed: int = 0
+    base: tuple[dict, ...] = ()  # ScenarioSpec records of the base benchmark (promoted when nothing is)
+    stage_timeout_s: float = 1800.0  # each wait of a cycle gives up after this long
+    fragile: bool = True  # the clusterer takes in fragile successes (Settings.cluster_fragile_successes)
+
+    def __post_init__(self) -> None:
+        if self.generator not in ("failure-guided", "blind"):
+            raise ValueError(f"EvolveConfig.generator must be failure-guided or blind, got {self.generator!r}")
+        for name in ("cycles", "sweep_seeds", "max_candidates"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"EvolveConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    cycle: int
+    cycle_id: str
+    version_before: int
+    version_after: int
+    proposed: tuple[str, ...]
+    infeasible: int
+    decided: dict  # candidate status -> count (promoted, rejected, deferred, review)
+    promoted: tuple[str, ...]
+    retired: tuple[str, ...]
+    scores: tuple  # ModelScore of the benchmark after the cycle (pooled over its scenarios)
+    rollouts: int  # episodes run during the cycle (sweeps and validation)
+    seconds: float
+
+
+def sweep_request(scenario: dict, model: ModelConfig, seeds: list[int], run_id: str) -> dict:
+    """The sweep of one model version over one scenario. Its id does not depend on the run, so
+    sweeping the same version over the same scenario and seeds again is the same request."""
+    request_id = "req-" + stable_id("sweep", scenario["scenario_id"], model.model_id, model.version, tuple(seeds))[:20]
+    return make_event("RolloutRequested", (request_id,), ORCHESTRATOR, run_id, request_id=request_id,
+                      scenario_id=scenario["scenario_id"], scenario=scenario, model_id=model.model_id, seeds=seeds,
+                      purpose="sweep", keyframe_every=0)
+
+
+def base_candidate(scenario: dict, run_id: str) -> dict:
+    return make_event("CandidateProposed", (scenario["scenario_id"],), ORCHESTRATOR, run_id,
+                      scenario_id=scenario["scenario_id"], parent_scenario_id="", operator=BASE_OPERATOR, params={},
+                      source_cluster_id=None, scenario=scenario, mutator_version=ORCHESTRATOR, factor="base",
+                      generator="base", cycle_id="", feasibility_json="{}")
+
+
+def evolve(store: EvidenceStore, publisher: Publisher, models: list[ModelConfig], config: EvolveConfig,
+           on_event: Callable[[str, object], None] = lambda kind, value: None,
+           check: Check | None = None) -> list[CycleReport]:
+    """Runs ``config.cycles`` cycles; ``on_event(kind, value)`` hears each stage ("base", "sweep",
+    "settled", "cycle", "generated", "decided", "report") as it passes."""
+    _ensure_base(store, publisher, config, on_event, check)
+    reports = []
+    for k in range(1, config.cycles + 1):
+        reports.append(_cycle(store, publisher, models, config, k, on_event, check))
+        on_event("report", reports[-1])
+    return reports
+
+
+def _ensure_base(store, publisher, config: EvolveConfig, on_event, check) -> None:
+    if q.active_benchmark(store) is not None:
+        return
+    if not config.base:
+        raise RequestRefused("nothing is promoted yet and no base scenario was given")
+    for scenario in config.base:
+        publisher.publish(base_candidate(scenario, config.run_id))
+    publisher.flush()
+    on_event("base", [s["scenario_id"] for s in config.base])
+    wanted = {s["scenario_id"] for s in config.base}
+    _wait(lambda: wanted <= set(q.active_scenarios(store)), config.stage_timeout_s, check,
+          lambda: f"the gate has not promoted the base scenarios {sorted(wanted - set(q.active_scenarios(store)))}")
+
+
+def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k: int, on_event, check) -> CycleReport:
+    started = time.monotonic()
+    spent_before = _episodes_spent(store)
+    benchmark = q.active_benchmark(store)
+    version = benchmark.version
+    seeds = list(range(config.sweep_seeds))
+    requests = [sweep_request(dict(a.spec), m, seeds, config.run_id) for a in benchmark.scenarios for m in models]
+    done = _ended_per_request(store, [r["request_id"] for r in requests])
+    for request in requests:
+        if done.get(request["request_id"], 0) < len(request["seeds"]):
+            publisher.publish(request)
+    publisher.flush()
+    on_event("sweep", {"version": version, "scenarios": len(benchmark.scenarios), "requests": len(requests)})
+    deadline = deadline_in(config.stage_timeout_s)
+    wait_for_episodes(store, requests, deadline, check=check)
+    settled = wait_until_settled(store, requests, deadline, check=check, fragile=config.fragile)
+    on_event("settled", settled)
+
+    cycle_id = f"{config.run_id}-c{k}"
+    position = q.cluster_log_length(store)
+    publisher.publish(make_event(
+        "CycleStarted", (cycle_id,), ORCHESTRATOR, config.run_id, cycle_id=cycle_id, cycle=k,
+        benchmark_version=version, clusters_position=position, generator=config.generator,
+        max_candidates=config.max_candidates, seed=int(stable_id("cycle", config.seed, k)[:12], 16),
+        models=[m.model_id for m in models]))
+    publisher.flush()
+    on_event("cycle", {"cycle_id": cycle_id, "clusters_position": position})
+
+    def answer():
+        return next((c for c in q.cycles(store) if c.cycle_id == cycle_id and c.answered), None)
+
+    _wait(lambda: answer() is not None, config.stage_timeout_s, check,
+          lambda: f"the mutator has not answered cycle {cycle_id} (no CandidatesGenerated in benchmark_cycles)")
+    generated = answer()
+    on_event("generated", generated)
+
+    def pending():
+        by_id = {c.scenario_id: c for c in q.candidates(store, cycle_id=cycle_id)}
+        return [sid for sid in generated.proposed if sid not in by_id or by_id[sid].status not in CYCLE_SETTLED]
+
+    _wait(lambda: not pending(), config.stage_timeout_s, check,
+          lambda: f"cycle {cycle_id}: the gate has not decided {', '.join(pending())} (their verdicts: "
+                  f"{_verdicts_of(store, pending())})")
+    _wait_quiet(store)
+    candidates = q.candidates(store, cycle_id=cycle_id)
+    decided: dict[str, int] = {}
+    for c in candidates:
+        decided[c.status] = decided.get(c.status, 0) + 1
+    after = q.active_benchmark(store)
+    made = [v for v in q.benchmark_versions(store) if v.version > version]
+    report = CycleReport(
+        cycle=k, cycle_id=cycle_id, version_before=version, version_after=after.version,
+        proposed=generated.proposed, infeasible=generated.infeasible, decided=decided,
+        promoted=tuple(s for v in made for s in v.promoted), retired=tuple(s for v in made for s in v.retired),
+        scores=tuple(q.pooled_scores(q.scores(store, version=after.version))),
+        rollouts=_episodes_spent(store) - spent_before, seconds=time.monotonic() - started)
+    on_event("decided", report)
+    return report
+
+
+def _episodes_spent(store: EvidenceStore) -> int:
+    return sum(r.ended_episodes for r in q.rollouts_spent(store))
+
+
+def _verdicts_of(store: EvidenceStore, scenario_ids: list[str]) -> str:
+    if not scenario_ids:
+        return "none"
+    by = defaultdict(list)
+    for v in q.verdicts(store, scenario_ids=scenario_ids):
+        by[v.scenario_id].append(f"{v.critic} {'ran' if v.ran else 'not run'}/{v.passed}")
+    return "; ".join(f"{sid}: {', '.join(by[sid]) or 'none yet'}" for sid in scenario_ids)
+
+
+def _wait(done: Callable[[], bool], timeout_s: float, check: Check | None, missing: Callable[[], str]) -> None:
+    deadline = deadline_in(timeout_s)
+    while not done():
+        if check is not None:
+            check()
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{missing()} after {timeout_s:.0f} s")
+        time.sleep(POLL_S)
+
+
+def _wait_quiet(store: EvidenceStore) -> None:
+    """Until the decisions table has not changed for QUIET_S (the gate's retirements land with its
+    promotions, a moment apart at most)."""
+    last, since = None, time.monotonic()
+    while True:
+        n = len(q.decisions(store))
+        if n != last:
+            last, since = n, time.monotonic()
+        elif time.monotonic() - since >= QUIET_S:
+            return
+        time.sleep(POLL_S)

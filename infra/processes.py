@@ -56,7 +56,8 @@ class Child:
 PIPELINE = Child("pipeline", "pipeline", "infra.pipeline")
 STREAMS = Child("streams", "streams worker", "infra.streams_worker")
 ROLLOUT = Child("rollout", "rollout worker", "rollout-worker")
-CHILDREN = (PIPELINE, STREAMS, ROLLOUT)
+CRITICS = Child("critics", "critics", "critics")
+CHILDREN = (PIPELINE, STREAMS, ROLLOUT, CRITICS)
 BROKER_MARKER = "tansu"
 
 
@@ -96,6 +97,7 @@ class RunState:
     streams_pid: int | None = None  # the faust worker: failure detection and clustering
     streams_web: str | None = None  # its faust web server, when the settings turn it on
     rollout_pid: int | None = None  # serves rollout.requests
+    critics_pid: int | None = None  # validates candidates (robustness, safety, semantic)
 
     @classmethod
     def read(cls, settings: Settings) -> RunState:
@@ -207,8 +209,8 @@ class UpResult:
 
 
 def up(settings: Settings) -> UpResult:
-    """Start what is not running (embedded broker, pipeline, streams worker, rollout worker) and wait
-    until every child is ready. A second `up` waits for the first and then starts nothing."""
+    """Start what is not running (embedded broker, pipeline, then streams worker, rollout worker and
+    critics) and wait until every child is ready. A second `up` waits for the first and then starts nothing."""
     _check_streams_settings(settings)
     with run_lock(settings, settings.ready_timeout_s + LOCK_MARGIN_S):
         state = RunState.read(settings)
@@ -227,19 +229,23 @@ def up(settings: Settings) -> UpResult:
             bootstrap = settings.bootstrap_servers or state.bootstrap
             require_broker(bootstrap, settings.broker_timeout_s, broker_source(settings))
             ensure_topics(bootstrap, settings.topic_prefix, timeout=settings.broker_timeout_s)
-            spawned: dict[str, tuple[subprocess.Popen, int]] = {}  # name -> (process, where its log began)
-            for child in CHILDREN:
-                if not state.alive(child):
-                    offset = _log_size(child.log(settings))
-                    process = _spawn(settings, child, bootstrap)
-                    spawned[child.name] = (process, offset)
-                    state.set_pid(child, process.pid)
-                    started.append((child.label, process.pid))
-            state.write(settings)
-            ready = _wait_ready(settings, state, spawned)
-            state.store_url = ready[PIPELINE.name].get("store_url")
-            state.streams_web = ready[STREAMS.name].get("web")
-            state.write(settings)
+            # The pipeline first: the others reach the store through its endpoint (state.json names it).
+            for phase in ((PIPELINE,), tuple(c for c in CHILDREN if c is not PIPELINE)):
+                spawned: dict[str, tuple[subprocess.Popen, int]] = {}  # name -> (process, where its log began)
+                for child in phase:
+                    if not state.alive(child):
+                        offset = _log_size(child.log(settings))
+                        process = _spawn(settings, child, bootstrap)
+                        spawned[child.name] = (process, offset)
+                        state.set_pid(child, process.pid)
+                        started.append((child.label, process.pid))
+                state.write(settings)
+                ready = _wait_ready(settings, state, spawned, phase)
+                if PIPELINE in phase:
+                    state.store_url = ready[PIPELINE.name].get("store_url")
+                if STREAMS in phase:
+                    state.streams_web = ready[STREAMS.name].get("web")
+                state.write(settings)
         except BaseException:
             _stop_started(settings, state, started)
             raise
@@ -276,6 +282,8 @@ def command(settings: Settings, child: Child) -> list[str]:
         return [sys.executable, "-m", "faust", "-A", "infra.streams_worker", "worker", *web, "-l", "info"]
     if child is ROLLOUT:
         return [sys.executable, "-m", "infra.cli", "rollout-worker"]
+    if child is CRITICS:
+        return [sys.executable, "-m", "infra.cli", "critics"]
     raise ValueError(f"no command for {child}")
 
 
@@ -286,14 +294,14 @@ def _spawn(settings: Settings, child: Child, bootstrap: str) -> subprocess.Popen
                                 cwd=settings.run_dir.resolve(), env=child_environ(settings, bootstrap))
 
 
-def _wait_ready(settings: Settings, state: RunState,
-                spawned: dict[str, tuple[subprocess.Popen, int]]) -> dict[str, dict]:
+def _wait_ready(settings: Settings, state: RunState, spawned: dict[str, tuple[subprocess.Popen, int]],
+                children: tuple[Child, ...] = CHILDREN) -> dict[str, dict]:
     """Every child's ready file, waiting up to ready_timeout_s; names the first that died or is late
     (children an earlier `up` started are only watched for their ready file and their pid)."""
     deadline = time.monotonic() + settings.ready_timeout_s
     ready: dict[str, dict] = {}
     while True:
-        for child in CHILDREN:
+        for child in children:
             if child.name in ready:
                 continue
             pid = state.pid_of(child)
@@ -305,10 +313,10 @@ def _wait_ready(settings: Settings, state: RunState,
                 code = f" with code {process.returncode}" if process is not None else ""
                 raise PipelineError(f"the {child.label} (pid {pid}) exited{code} before it was ready; "
                                     f"{_log_tail(child.log(settings), offset)}")
-        if len(ready) == len(CHILDREN):
+        if len(ready) == len(children):
             return ready
         if time.monotonic() > deadline:
-            late = [c for c in CHILDREN if c.name not in ready]
+            late = [c for c in children if c.name not in ready]
             raise PipelineError(f"the {', '.join(c.label for c in late)} did not say it was ready within "
                                 f"{settings.ready_timeout_s:g} s (ready_timeout_s); "
                                 f"{_log_tail(late[0].log(settings), spawned.get(late[0].name, (None, 0))[1])}")
@@ -371,7 +379,7 @@ def down(settings: Settings) -> list[str]:
         state = RunState.read(settings)
         stopped = []
         # The consumers first: they commit their last batch while the broker is still there.
-        for child in (STREAMS, ROLLOUT, PIPELINE):
+        for child in (CRITICS, STREAMS, ROLLOUT, PIPELINE):
             if state.alive(child):
                 stop_child(state.pid_of(child))
                 stopped.append(f"{child.label} (pid {state.pid_of(child)})")
@@ -421,4 +429,5 @@ def process_status(settings: Settings, state: RunState) -> dict:
                          "store": state.store_url or settings.clickhouse_url or f"chdb://{settings.chdb_path}"},
             "streams": {"pid": state.streams_pid if state.streams_alive else None,
                         "web": state.streams_web if state.streams_alive else None},
-            "rollout_worker": {"pid": state.rollout_pid if state.rollout_alive else None}}
+            "rollout_worker": {"pid": state.rollout_pid if state.rollout_alive else None},
+            "critics": {"pid": state.critics_pid if state.alive(CRITICS) else None}}

@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 
 class Settings(BaseModel):
@@ -51,6 +51,18 @@ class Settings(BaseModel):
     openai_base_url: str | None = Field(None, description="e.g. http://127.0.0.1:8000/v1")
     openai_model: str | None = None
     openai_api_key: SecretStr | None = Field(None, description="unset = OPENAI_API_KEY")
+    # The semantic critic's VLM judge (an OpenAI-compatible endpoint): both set = the gate requires
+    # its verdict; neither = the critic says "not run" and the gate records semantic evidence missing.
+    judge_base_url: str | None = Field(None, description="OpenAI-compatible endpoint of the VLM judge")
+    judge_model: str | None = None
+    judge_api_key: SecretStr | None = Field(None, description="unset = OPENAI_API_KEY")
+    judge_timeout_s: float = Field(60.0, gt=0, description="per judge call")
+    judge_threshold: float = Field(0.8, gt=0, le=1, description="a judgment passes at score >= this")
+    # The clusterer also takes in successes with failure moments (fragile wins): at a saturated
+    # benchmark they are most of what there is to mine. `run` waits for them too.
+    cluster_fragile_successes: bool = True
+    # The gate: a verdict missing this long after the proposal defers the candidate.
+    gate_verdict_timeout_s: float = Field(1800.0, gt=0, description="s")
 
     @field_validator("topic_prefix")
     @classmethod
@@ -66,6 +78,17 @@ class Settings(BaseModel):
         if value is not None and not value.startswith(("http://", "https://", "chdb://")):
             raise ValueError(f"clickhouse_url {value!r} must start with http://, https:// or chdb://")
         return value
+
+    @model_validator(mode="after")
+    def _judge_complete(self) -> Settings:
+        if (self.judge_base_url is None) != (self.judge_model is None):
+            raise ValueError(f"the VLM judge needs both judge_base_url (SEPA_JUDGE_BASE_URL) and judge_model "
+                             f"(SEPA_JUDGE_MODEL), got {self.judge_base_url!r} and {self.judge_model!r}")
+        return self
+
+    @property
+    def judge_configured(self) -> bool:
+        return self.judge_base_url is not None
 
     @property
     def embedded_broker(self) -> bool:
@@ -110,6 +133,7 @@ def load_settings(config_file: Path | None = None, environ: dict[str, str] | Non
         if key in environ:
             values[name] = environ[key]
     values.update({k: v for k, v in overrides.items() if v is not None})
-    if values.get("openai_api_key") is None and environ.get("OPENAI_API_KEY"):
-        values["openai_api_key"] = environ["OPENAI_API_KEY"]  # the variable OpenAI's tools use
+    for key in ("openai_api_key", "judge_api_key"):
+        if values.get(key) is None and environ.get("OPENAI_API_KEY"):
+            values[key] = environ["OPENAI_API_KEY"]  # the variable OpenAI's tools use
     return Settings.model_validate(values)

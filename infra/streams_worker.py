@@ -32,7 +32,12 @@ from infra.settings import Settings
 from schemas.codec import Codec
 from streams.app import EXACTLY_ONCE_REFUSED, StreamsConfig, make_app
 from streams.exceptions import ConfigError
+from streams.failures.collector import CollectorConfig
 from streams.failures.summaries import LlmSummarizer
+from streams.gate.gate import GateConfig
+from streams.mutations.agent import MutatorConfig
+from streams.mutations.chooser import ChooserConfig
+from streams.mutations.operators import LLMParaphraser, OperatorConfig
 
 WEB_BIND = "127.0.0.1"
 
@@ -70,12 +75,29 @@ def check_settings(settings: Settings) -> None:
     llm_summarizer(settings)
 
 
+def mutator_config(settings: Settings) -> MutatorConfig:
+    """The mutator's config: instructions paraphrased by the OpenAI-compatible model the settings
+    name (openai_base_url, openai_model), else by the deterministic templates."""
+    operators = OperatorConfig()
+    if settings.openai_base_url and settings.openai_model and settings.openai_api_key is not None:
+        import openai
+
+        client = openai.OpenAI(base_url=settings.openai_base_url,
+                               api_key=settings.openai_api_key.get_secret_value(), max_retries=1)
+        operators = OperatorConfig(paraphraser=LLMParaphraser(client, settings.openai_model))
+    return MutatorConfig(chooser=ChooserConfig(operators=operators))
+
+
 def streams_config(settings: Settings, bootstrap_servers: str, **overrides) -> StreamsConfig:
     """The StreamsConfig the settings give, for the broker the edge resolved."""
+    values = {"mutator": mutator_config(settings), "run_mutator": True, "run_gate": True,
+              "collector": CollectorConfig(fragile_successes=settings.cluster_fragile_successes),
+              "gate": GateConfig(semantic_required=settings.judge_configured,
+                                 verdict_timeout_s=settings.gate_verdict_timeout_s), **overrides}
     return StreamsConfig(bootstrap_servers=bootstrap_servers, topic_prefix=settings.topic_prefix,
                          processing_guarantee=processing_guarantee(settings),
                          broker_session_timeout_s=settings.session_timeout_ms / 1000.0,
-                         data_dir=settings.memory_dir / "faust", web_enabled=settings.streams_web, **overrides)
+                         data_dir=settings.memory_dir / "faust", web_enabled=settings.streams_web, **values)
 
 
 def ready_path(settings: Settings, pid: int) -> Path:
@@ -92,8 +114,18 @@ def build_app(settings: Settings, bootstrap_servers: str, codec: Codec, ready_fi
         return Consumer(consumer_config(bootstrap_servers, f"{config.app_id}-clusterer-restore",
                                         settings.session_timeout_ms, **extra))
 
+    def store_factory():  # the mutator and the gate read the log: through the pipeline when it owns it
+        from infra.processes import open_store
+
+        return open_store(settings)
+
+    feasibility = None
+    if config.run_mutator:
+        # The simulator is imported here, at the edge: imported later, inside the worker, robosuite's
+        # logging asks faust's stdout proxy for a file number it does not have.
+        from producers.sim.feasibility import check_feasibility as feasibility
     app = make_app(config, llm=llm_summarizer(settings) if config.run_clusterer else None, codec=codec,
-                   consumer_factory=consumer_factory)
+                   consumer_factory=consumer_factory, store_factory=store_factory, feasibility=feasibility)
     # The boot strategy's choice wins over conf.web_enabled, which `faust worker` sets from --with-web.
     app.boot_strategy.enable_web = settings.streams_web
     app.conf.web_bind = WEB_BIND

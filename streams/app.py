@@ -53,6 +53,9 @@ from streams.failures.detector import DetectorConfig
 from streams.failures.embedding import EmbeddingConfig
 from streams.failures.router import DetectorStage, RouterConfig
 from streams.failures.summaries import FeatureDescriber, LlmSummarizer
+from streams.gate.agent import GateRunner, register_gate
+from streams.gate.gate import GateConfig, PromotionGate
+from streams.mutations.agent import MutatorConfig, MutatorRunner, register_mutator
 
 GUARANTEES = ("at_least_once", "exactly_once")
 # Why exactly_once is refused (the module docstring has the details).
@@ -79,6 +82,12 @@ class StreamsConfig:
     stats_interval_s: float = 30.0  # stage counters are logged this often when they changed, s
     run_detector: bool = True
     run_clusterer: bool = True  # in exactly one worker
+    # The evolving loop's agents read the evidence log (make_app needs a store_factory for them);
+    # the streams worker `sepa-eval up` starts runs both (infra/streams_worker.py).
+    run_mutator: bool = False  # answers evolution cycles (benchmark.cycles: one partition, one mutator at a time)
+    run_gate: bool = False  # decides candidates (the worker holding benchmark.decisions' partition)
+    gate: GateConfig = field(default_factory=GateConfig)
+    mutator: MutatorConfig = field(default_factory=MutatorConfig)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     router: RouterConfig = field(default_factory=RouterConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
@@ -109,16 +118,23 @@ def _raw_topic(app: faust.App, *names: str):
 
 
 def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Codec | None = None,
-             consumer_factory: Callable[[dict], object] | None = None) -> faust.App:
+             consumer_factory: Callable[[dict], object] | None = None,
+             store_factory: Callable[[], object] | None = None, feasibility: Callable | None = None) -> faust.App:
     """A faust app running the agents ``config`` enables. ``codec`` frames and reads every event
     (the manifest's schema ids when None; the edge passes the one it built, with a Schema
     Registry's ids when one is configured). ``llm`` (optional) rewrites cluster summaries with a
     language model; ``consumer_factory(extra settings)`` returns a confluent_kafka Consumer for the
-    broker (the clusterer's restore reads its log with it; needed when it runs). All are built by
-    the caller, never from the environment."""
+    broker (the clusterer's restore reads its log with it; needed when it runs); ``store_factory()``
+    opens the evidence store (the mutator and the gate read the log through it; needed when they
+    run); ``feasibility(spec)`` is the mutator's pre-check (producers.sim.feasibility: the caller
+    imports the simulator, before faust takes over the process's stdout). All are built by the
+    caller, never from the environment (an LLM paraphraser comes inside ``config.mutator``)."""
     if config.run_clusterer and consumer_factory is None:
         raise ConfigError("make_app: the clusterer restores itself from failures.clusters and needs a "
                           "consumer_factory (extra settings -> confluent_kafka Consumer), built at the edge")
+    if (config.run_mutator or config.run_gate) and store_factory is None:
+        raise ConfigError("make_app: the mutator and the gate read the evidence log and need a store_factory "
+                          "(-> EvidenceStore), built at the edge")
     config.data_dir.mkdir(parents=True, exist_ok=True)  # faust does not create its parent
     app = faust.App(
         config.app_id,
@@ -142,7 +158,8 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
         return BY_NAME[name].full_name(prefix)
 
     outputs = {name: _raw_topic(app, full(name))
-               for name in ("failures.moments", "failures.episodes", "failures.clusters", "deadletter")}
+               for name in ("failures.moments", "failures.episodes", "failures.clusters", "deadletter",
+                            "scenarios.candidates", "benchmark.cycles", "benchmark.decisions")}
     if config.run_detector:
         stage = DetectorStage(config.detector, config.router, prefix, config.run_id, codec=codec)
         register_detector(app, _raw_topic(app, full("rollout.steps"), full("rollout.episodes")), outputs, stage,
@@ -155,4 +172,13 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
         app.failure_clusterer_seat = register_clusterer(app, _raw_topic(app, full("failures.episodes")), outputs,
                                                         stage, batching, consumer_factory, llm)
         app.failure_cluster_stage = stage
+    if config.run_mutator:
+        runner = MutatorRunner(store_factory, codec, config.mutator, check=feasibility)
+        register_mutator(app, _raw_topic(app, full("benchmark.cycles")), outputs, runner)
+        app.mutator = runner
+    if config.run_gate:
+        gate = GateRunner(store_factory, codec, PromotionGate(config.gate))
+        register_gate(app, _raw_topic(app, full("benchmark.decisions")), outputs, gate, config.tick_interval_s,
+                      prefix)
+        app.gate = gate
     return app

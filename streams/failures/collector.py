@@ -8,8 +8,9 @@ the restore that rebuilds the clusterer from its own output.
 
 Input: failures.episodes carries one EpisodeAnalysed per ended episode, on one partition, so the
 clusterer sees every episode once it is decided, in one order. A *failed* episode (success false,
-analysed, termination not in ``skip_terminations``) is embedded from its moments, quality and
-scenario and taken in at once; anything else is counted and passed over; an episode already taken
+analysed, termination not in ``skip_terminations``), and a *fragile success* (a success with
+failure moments, recovered or not; ``fragile_successes``), is embedded from its moments, quality
+and scenario and taken in at once; anything else is counted and passed over; an episode already taken
 in (a re-delivery, or input re-read after a restart) is skipped. An episode that cannot be
 embedded (a failure type this version does not know) is dead-lettered with the reason.
 
@@ -52,6 +53,10 @@ OUTPUT_TOPIC = "failures.clusters"
 @dataclass(frozen=True, kw_only=True)
 class CollectorConfig:
     skip_terminations: tuple[str, ...] = ("env_error", "aborted")  # not policy failures: not clustered
+    # A success with failure moments (a miss it recovered from, a collision on the way) is a fragile
+    # win: binary success hides it, and at a saturated benchmark it is most of what there is to mine.
+    # Off here (the clusterer of failures); the product turns it on (infra/streams_worker.py).
+    fragile_successes: bool = False
     # Re-cluster after this long without input when episodes came in since the last re-clustering,
     # s; None (the default) = only on the intake schedule, so the clusters are a function of the
     # input alone (a report taken once every episode is in stays true later).
@@ -226,7 +231,7 @@ class ClusterStage:
 
     def passed_over(self, event: dict) -> str | None:
         """Why an EpisodeAnalysed is not a failure to cluster (a counter name), or None."""
-        if event["success"]:
+        if event["success"] and not (self.config.fragile_successes and event["moments"]):
             return "successes"
         if not event["analysed"]:
             return "not_analysed"

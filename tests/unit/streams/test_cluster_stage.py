@@ -244,3 +244,18 @@ def test_event_times_come_from_the_input():
 def test_collector_config_refuses_bad_values(field, value):
     with pytest.raises(ConfigError, match=field):
         CollectorConfig(**{field: value})
+
+
+def test_fragile_successes_are_taken_in_when_asked_and_only_then():
+    fragile = [e for e in INPUT if e["success"] and e["moments"] and e["analysed"]]
+    clean = [e for e in INPUT if e["success"] and not e["moments"]]
+    assert fragile and clean  # the synthetic input has both
+    on, off = stage(fragile_successes=True), stage()
+    intakes = {}
+    for name, s in (("on", on), ("off", off)):
+        events = [CODEC.decode(o.value) for o in s.process(MESSAGES)]
+        intakes[name] = {e["episode_id"] for e in events if e["envelope"]["event_type"] == "ClusterAssigned"
+                         and e["intake"]}
+    assert {e["episode_id"] for e in fragile} <= intakes["on"]
+    assert not {e["episode_id"] for e in fragile} & intakes["off"]
+    assert not {e["episode_id"] for e in clean} & intakes["on"]  # a clean success is nothing to mine
