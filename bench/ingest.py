@@ -27,12 +27,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from confluent_kafka import Consumer  # noqa: E402
+
 from consumers.evidence.sink import EvidenceSink  # noqa: E402
 from consumers.evidence.store import ClickHouseStore, migrate  # noqa: E402
-from infra.kafka_clients import ensure_topics, make_producer  # noqa: E402
+from infra.kafka_clients import consumer_config, ensure_topics, make_producer  # noqa: E402
 from infra.local_broker import local_broker  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
 from producers.synthetic import episodes  # noqa: E402
+from schemas.codec import Codec  # noqa: E402
 
 STEPS_PER_EPISODE = 500
 
@@ -96,7 +99,9 @@ def main() -> int:
         prefix = "bench."
         ensure_topics(bootstrap, prefix)
         produced_rate = produce_backlog(bootstrap, prefix, args.events)
-        sink = EvidenceSink(store, bootstrap, prefix, 6000, group_id="bench-backlog")
+        codec = Codec()
+        sink = EvidenceSink(store, Consumer(consumer_config(bootstrap, "bench-backlog", 6000)),
+                            make_producer(bootstrap), codec, prefix)
         totals = sink.run(threading.Event(), idle_exit_s=3.0)
         landed = store.query("SELECT count() FROM {database}.rollout_steps FINAL")[0][0]
         landed_rate = totals.stored / (totals.last_commit_at - totals.first_message_at)
@@ -104,8 +109,8 @@ def main() -> int:
         lag_prefix = "lag."
         ensure_topics(bootstrap, lag_prefix)
         stop = threading.Event()
-        lag_sink = EvidenceSink(store.with_database("bench"), bootstrap, lag_prefix, 6000, group_id="bench-lag",
-                                linger_ms=50)
+        lag_sink = EvidenceSink(store, Consumer(consumer_config(bootstrap, "bench-lag", 6000)),
+                                make_producer(bootstrap), codec, lag_prefix, linger_ms=50)
         sink_thread = threading.Thread(target=lag_sink.run, args=(stop,))
         sink_thread.start()
         time.sleep(5)  # let the group join before the paced producer starts

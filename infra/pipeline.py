@@ -17,10 +17,14 @@ import sys
 import threading
 from pathlib import Path
 
+from confluent_kafka import Consumer
+
 from consumers.evidence.endpoint import serve
-from consumers.evidence.sink import EvidenceSink
+from consumers.evidence.sink import GROUP_ID, EvidenceSink
 from consumers.evidence.store import ClickHouseStore, migrate
+from infra.kafka_clients import consumer_config, make_producer
 from infra.settings import Settings
+from schemas.codec import Codec
 from schemas.registry import schema_ids_for
 
 log = logging.getLogger("sepa.pipeline")
@@ -37,11 +41,12 @@ def run(settings: Settings, stop: threading.Event) -> None:
         ready["store_url"] = f"http://127.0.0.1:{server.server_port}"
     (settings.run_dir / "pipeline-ready.json").write_text(json.dumps(ready))
     log.info("pipeline ready: %s", ready)
+    codec = Codec(schema_ids_for(settings.schema_registry_url))
     try:
         while not stop.is_set():
-            sink = EvidenceSink(store, settings.bootstrap_servers, settings.topic_prefix,
-                                settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms,
-                                schema_ids=schema_ids_for(settings.schema_registry_url))
+            consumer = Consumer(consumer_config(settings.bootstrap_servers, GROUP_ID, settings.session_timeout_ms))
+            sink = EvidenceSink(store, consumer, make_producer(settings.bootstrap_servers), codec,
+                                settings.topic_prefix, settings.sink_batch_max, settings.sink_linger_ms)
             try:
                 totals = sink.run(stop)
                 log.info("sink stopped: %s", totals)

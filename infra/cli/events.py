@@ -9,18 +9,20 @@ import threading
 from pathlib import Path
 
 import typer
+from confluent_kafka import Consumer
 from rich.progress import Progress
 from rich.table import Table
 
 from consumers import replay as replay_mod
 from consumers.evidence.exceptions import EvidenceError
-from consumers.evidence.sink import EvidenceSink
+from consumers.evidence.sink import GROUP_ID, EvidenceSink
 from infra import processes
 from infra.cli import app, console, err, fail, make_publisher, settings_of
 from infra.exceptions import InfraError
-from infra.kafka_clients import ensure_topics
+from infra.kafka_clients import consumer_config, ensure_topics, make_producer
 from producers.exceptions import ProducerError
 from producers.synthetic import episodes as synthetic_episodes
+from schemas.codec import Codec
 from schemas.registry import schema_ids_for
 
 
@@ -52,9 +54,10 @@ def sink(ctx: typer.Context, until_idle: float | None = typer.Option(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         store = processes.open_store(settings)
-        worker = EvidenceSink(store, processes.resolve_bootstrap(settings), settings.topic_prefix,
-                              settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms,
-                              schema_ids=schema_ids_for(settings.schema_registry_url))
+        bootstrap = processes.resolve_bootstrap(settings)
+        worker = EvidenceSink(store, Consumer(consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms)),
+                              make_producer(bootstrap), Codec(schema_ids_for(settings.schema_registry_url)),
+                              settings.topic_prefix, settings.sink_batch_max, settings.sink_linger_ms)
         totals = worker.run(threading.Event(), idle_exit_s=until_idle)
     except (InfraError, EvidenceError) as exc:
         fail(exc)
@@ -77,7 +80,9 @@ def replay(ctx: typer.Context,
             console.print(f"republished {sum(counts.values())} events: {counts}")
         target = into or f"{settings.clickhouse_database}_rebuild"
         with console.status(f"rebuilding {target} from the topics"):
-            rebuilt = replay_mod.rebuild(store, bootstrap, settings.topic_prefix, settings.session_timeout_ms, target)
+            rebuilt = replay_mod.rebuild(
+                store, lambda group: Consumer(consumer_config(bootstrap, group, settings.session_timeout_ms)),
+                Codec(schema_ids_for(settings.schema_registry_url)), settings.topic_prefix, target, broker=bootstrap)
         before, after, differences = replay_mod.compare(store, rebuilt)
     except (InfraError, EvidenceError, ProducerError, ValueError) as exc:
         fail(exc)
