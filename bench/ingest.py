@@ -3,7 +3,8 @@
 Prints, from one run:
   1. produced events/s: generate + encode + publish N step events, until the broker acked all;
   2. landed events/s: the sink draining that backlog into the store (first message to last commit);
-  3. landed / produced ratio;
+  3. the sink's CPU time per 100k events (its whole process: a figure that load on a shared
+     machine disturbs less than the rates), and the landed / produced ratio;
   4. end-to-end lag at a paced rate (default 10,000 events/s, from a separate producer process):
      p50/p99/max of ClickHouse's insert time minus the event's own time.
 
@@ -102,7 +103,9 @@ def main() -> int:
         codec = Codec()
         sink = EvidenceSink(store, Consumer(consumer_config(bootstrap, "bench-backlog", 6000)),
                             make_producer(bootstrap), codec, prefix)
+        cpu_started = time.process_time()
         totals = sink.run(threading.Event(), idle_exit_s=3.0)
+        sink_cpu = time.process_time() - cpu_started  # this process: consumer, inserter and chDB threads
         landed = store.query("SELECT count() FROM {database}.rollout_steps FINAL")[0][0]
         landed_rate = totals.stored / (totals.last_commit_at - totals.first_message_at)
 
@@ -130,6 +133,8 @@ def main() -> int:
     print(f"broker: {args.broker}   events: {args.events} steps   store: chDB")
     print(f"produced:  {produced_rate:10,.0f} events/s (generate + encode + publish, acked)")
     print(f"landed:    {landed_rate:10,.0f} events/s (sink: backlog -> ClickHouse, {landed} rows)")
+    print(f"sink CPU:  {sink_cpu * 100_000 / totals.stored:10.2f} s per 100k events (steadier than rates on a "
+          "shared machine)")
     print(f"ratio landed/produced: {landed_rate / produced_rate:.2f}")
     print(f"lag at {args.rate:,} events/s for {args.lag_seconds:.0f} s ({n_lag} events): "
           f"p50 {p50:.3f} s   p99 {p99:.3f} s   max {worst:.3f} s")

@@ -87,8 +87,8 @@ class Accepted(NamedTuple):
     value: bytes  # the whole framed message
 
     @property
-    def body(self) -> memoryview:
-        return memoryview(self.value)[5:]
+    def body(self) -> bytes:
+        return self.value[5:]
 
 
 class Pending(NamedTuple):
@@ -237,9 +237,12 @@ class StagedTable:
         self.store.command(f"TRUNCATE TABLE {self._staged}")
 
     def _insert_staged(self, schema_id: int, group: list[Pending]) -> None:
-        bodies = list(chain.from_iterable((p.accepted.body, _seq_bytes(p.seq)) for p in group))
-        self._staging_store.insert_container(self.staging, object_container(self._schema_json(schema_id)[1], bodies,
-                                                                   count=len(group)))
+        seqs = _seq_bytes(max(p.seq for p in group))
+        pieces: list = [b""] * (2 * len(group))  # each body, then its position (the _seq field)
+        pieces[0::2] = [p.accepted.value[5:] for p in group]
+        pieces[1::2] = [seqs[p.seq] for p in group]
+        self._staging_store.insert_container(self.staging, object_container(self._schema_json(schema_id)[1], pieces,
+                                                                            count=len(group)))
 
     def _stage(self, items: list[Pending], outcome: TableOutcome) -> list[Pending]:
         """Parse items into staging; returns those staged, records the refused in outcome."""
@@ -329,7 +332,8 @@ def _ref(alias: str | None, column: str) -> str:
 _SEQ_CACHE: list[bytes] = []
 
 
-def _seq_bytes(seq: int) -> bytes:
-    while len(_SEQ_CACHE) <= seq:
+def _seq_bytes(highest: int) -> list[bytes]:
+    """The Avro encodings of 0..highest (at least), by index."""
+    while len(_SEQ_CACHE) <= highest:
         _SEQ_CACHE.append(encode_long(len(_SEQ_CACHE)))
-    return _SEQ_CACHE[seq]
+    return _SEQ_CACHE
