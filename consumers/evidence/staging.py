@@ -5,8 +5,8 @@ them into the evidence table's typed columns. Staging tables use the Memory engi
 evidence table and sink instance (two sinks never share one), in a database of their own,
 <evidence database>_sink_staging; a sink drops its tables when it stops (one killed leaves
 empty ones behind, harmless). A first query, over keys and ids alone, asks whether any
-staged id is already stored under its key or repeats in the batch. In the usual case none is,
-and the rows move from staging into the evidence table in one INSERT ... SELECT. Otherwise a
+staged id is already stored under its key; Python sees whether one repeats in the batch. In the
+usual case neither, and the rows move from staging into the evidence table in one INSERT ... SELECT. Otherwise a
 second query returns just those rows with their content hashes and the stored rows' hashes,
 and only the new ones are inserted.
 
@@ -147,17 +147,17 @@ class StagedTable:
                           f"SELECT {_names(columns)} FROM {self._staged}")
 
     def _check_statements(self) -> tuple[str, str]:
-        """Two queries over the staged batch. The first (cheap: keys and ids only) lists the ids
-        that are not new: stored under their key, or repeated in the batch. Only when there are
-        some, the second returns those rows with a hash per content column, and the stored row's
-        hashes when there is one."""
+        """Two queries over the staged batch. The first (cheap: keys and ids only) asks whether
+        any staged id is stored under its key (repeats within the batch are seen in Python). Only
+        when one is, or ids repeat, the second returns the rows that are not new with a hash per
+        content column, and the stored row's hashes when there is one."""
         key = f"`{self.topic.key_field}`"
         staging = self._staged
         stored_rows = (f"FROM {{database}}.{self.table}\n"
                        f"  WHERE {key} IN (SELECT {key} FROM {staging})\n"  # few keys: cheap primary-key pruning
                        f"    AND ({key}, envelope.event_id) IN (SELECT {key}, envelope.event_id FROM {staging})")
         repeated = f"SELECT envelope.event_id FROM {staging} GROUP BY envelope.event_id HAVING count() > 1"
-        known = f"SELECT 1 FROM (SELECT envelope.event_id {stored_rows}\nUNION ALL\n{repeated}) LIMIT 1"
+        known = f"SELECT 1 {stored_rows}\nLIMIT 1"
         staged = ", ".join(f"cityHash64(tuple({_ref('s', c)}))" for c in self._content)
         stored = ", ".join(f"cityHash64(tuple({_ref(None, c)}))" for c in self._content)
         check = (
@@ -194,7 +194,8 @@ class StagedTable:
         staged = self._stage(items, outcome)
         if not staged:
             return outcome
-        if not self.store.query(self._known_sql):  # the usual case: every id is new
+        ids = {p.accepted.event_id for p in staged}
+        if len(ids) == len(staged) and not self.store.query(self._known_sql):  # the usual case: all new
             self.store.command(self._move_sql)
             outcome.stored = len(staged)
             return outcome
