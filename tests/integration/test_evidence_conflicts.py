@@ -27,7 +27,7 @@ from schemas.codec import Codec
 from schemas.events import make_event
 from schemas.manifest import current_manifest
 
-SESSION_MS = 6000
+SESSION_MS = 6000  # Apache Kafka refuses less (group.min.session.timeout.ms)
 CODEC = Codec()
 
 
@@ -37,7 +37,7 @@ def make_sink(store, broker, prefix, group: str | None = None, **consumer_extra)
 
 
 def drain(store, broker, prefix):
-    return make_sink(store, broker, prefix).run(threading.Event(), idle_exit_s=3.0)
+    return make_sink(store, broker, prefix).run(threading.Event(), idle_exit_s=2.0)
 
 
 def publish(broker, prefix, events) -> None:
@@ -54,21 +54,30 @@ def publish_raw(broker, topic: str, key: bytes, values: list[bytes]) -> None:
     assert producer.flush(30) == 0
 
 
-def one_batch(store, broker, prefix, topics: list[str], n: int):
-    """Consume exactly n messages of the given topics, then store them as one batch (its dead
-    letters straight into the store: this sink has no producer)."""
-    consumer = Consumer(consumer_config(broker, f"batch-{prefix}", SESSION_MS))
-    sink = EvidenceSink(store, consumer, None, CODEC, prefix)
-    metadata = sink.consumer.list_topics(timeout=10).topics
-    sink.consumer.assign([TopicPartition(prefix + t, p, OFFSET_BEGINNING)
-                          for t in topics for p in metadata[prefix + t].partitions])
-    messages, deadline = [], time.monotonic() + 30
-    while len(messages) < n and time.monotonic() < deadline:
-        messages += [m for m in sink.consumer.consume(n - len(messages), 1.0) if m.error() is None]
-    assert len(messages) == n
-    stats = sink.process(messages)
-    sink.consumer.close()
-    return stats
+class Batches:
+    """One sink over the topics' partitions, assigned (no group join to wait for): each take(n)
+    consumes exactly n more messages and stores them as one batch. No producer: its dead letters
+    go straight into the store."""
+
+    def __init__(self, store, broker, prefix, topics: list[str]):
+        consumer = Consumer(consumer_config(broker, f"batch-{prefix}", SESSION_MS))
+        self.sink = EvidenceSink(store, consumer, None, CODEC, prefix)
+        metadata = consumer.list_topics(timeout=10).topics
+        consumer.assign([TopicPartition(prefix + t, p, OFFSET_BEGINNING)
+                         for t in topics for p in metadata[prefix + t].partitions])
+
+    def take(self, n: int):
+        messages, deadline = [], time.monotonic() + 30
+        while len(messages) < n and time.monotonic() < deadline:
+            messages += [m for m in self.sink.consumer.consume(n - len(messages), 1.0) if m.error() is None]
+        assert len(messages) == n
+        return self.sink.process(messages)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.sink.consumer.close()
 
 
 def raw_rows(store, table: str, event_id: str) -> list[tuple]:
@@ -98,10 +107,11 @@ def flipped(event: dict) -> dict:
 
 def test_the_same_event_twice_is_stored_once_without_a_dead_letter(broker, prefix, store):
     event = ended_episode(1)
-    publish(broker, prefix, [event])
-    assert drain(store, broker, prefix).stored == 1
-    publish(broker, prefix, [event])
-    second = drain(store, broker, prefix)
+    with Batches(store, broker, prefix, ["rollout.episodes"]) as batches:
+        publish(broker, prefix, [event])
+        assert batches.take(1).stored == 1
+        publish(broker, prefix, [event])
+        second = batches.take(1)
     assert (second.stored, second.duplicates, second.dead_lettered) == (0, 1, 0)
     assert len(raw_rows(store, "rollout_episodes", event["envelope"]["event_id"])) == 1
     assert dead_letters(store) == []
@@ -111,11 +121,13 @@ def test_a_different_content_under_a_known_id_is_dead_lettered_and_the_first_sta
     first = ended_episode(2)
     second = flipped(first)
     event_id = first["envelope"]["event_id"]
-    publish(broker, prefix, [first])
-    drain(store, broker, prefix)
-    publish(broker, prefix, [second])
-    totals = drain(store, broker, prefix)
-    assert (totals.conflicts, totals.dead_lettered) == (1, 1)  # (what it stored is the dead letter)
+    with Batches(store, broker, prefix, ["rollout.episodes"]) as batches:
+        publish(broker, prefix, [first])
+        batches.take(1)
+        publish(broker, prefix, [second])
+        totals = batches.take(1)
+    assert (totals.conflicts, totals.dead_lettered) == (1, 1)
+    assert totals.stored == 1  # the dead letter
     assert len(raw_rows(store, "rollout_episodes", event_id)) == 1
 
     (row,) = store.query("SELECT success FROM {database}.rollout_episodes FINAL WHERE envelope.event_id = {id:String}",
@@ -131,8 +143,9 @@ def test_the_same_content_at_another_event_time_or_schema_version_is_a_duplicate
     events = list(episodes(1, 3, seed=3, run_id="r"))
     started, step = events[0], events[1]
     later = at_another_time(step, timedelta(hours=1))
+    batches = Batches(store, broker, prefix, ["rollout.episodes", "rollout.steps"])
     publish(broker, prefix, [started, step])
-    drain(store, broker, prefix)
+    batches.take(2)
     # The EpisodeStarted again, written with its first schema version (without variant, simulator,
     # and an older ScenarioSpec): upcast to the current version, it is the same content.
     v1 = next(v for v in current_manifest().history("EpisodeStarted") if v.version == 1)
@@ -142,7 +155,8 @@ def test_the_same_content_at_another_event_time_or_schema_version_is_a_duplicate
     assert old_encoding != CODEC.encode(started)
     publish_raw(broker, f"{prefix}rollout.episodes", started["episode_id"].encode(), [old_encoding])
     publish(broker, prefix, [later])
-    totals = drain(store, broker, prefix)
+    with batches:
+        totals = batches.take(2)
 
     assert (totals.stored, totals.duplicates, totals.dead_lettered) == (0, 2, 0)
     (row,) = raw_rows(store, "rollout_steps", step["envelope"]["event_id"])
@@ -161,7 +175,8 @@ def test_conflicts_and_duplicates_inside_one_batch(broker, prefix, store):
                           scenario_id="s", distance=0.1, embedding=[0.5, 0.5], clusterer_version="1")
     moved = {**assigned, "cluster_id": "c2"}
     publish(broker, prefix, [assigned, moved])
-    stats = one_batch(store, broker, prefix, ["rollout.episodes", "failures.clusters"], 6)
+    with Batches(store, broker, prefix, ["rollout.episodes", "failures.clusters"]) as batches:
+        stats = batches.take(6)
 
     assert (stats.duplicates, stats.conflicts, stats.dead_lettered) == (1, 3, 3)
     assert stats.stored == 2 + 3  # the first EpisodeEnded and ClusterAssigned, and the dead letters
@@ -286,3 +301,20 @@ def test_replay_from_an_unreachable_broker_fails_within_its_timeout(store):
         rebuild(store, lambda group: Consumer(consumer_config(broker, group, SESSION_MS)), CODEC, "x.",
                 store.database + "_rebuild", broker=broker, timeout_s=3)
     assert time.monotonic() - started < 10
+
+
+def test_the_checks_hold_through_the_store_owner_endpoint(broker, prefix, store):
+    """`sepa-eval sink` beside a running pipeline reaches the store through its endpoint."""
+    from consumers.evidence.endpoint import RemoteStore, serve
+
+    server = serve(store)
+    try:
+        remote = RemoteStore(f"http://127.0.0.1:{server.server_port}", store.database)
+        first = ended_episode(31)
+        publish(broker, prefix, [first, first, flipped(first)])
+        totals = drain(remote, broker, prefix)
+        assert (totals.duplicates, totals.conflicts) == (1, 1)
+        assert len(raw_rows(store, "rollout_episodes", first["envelope"]["event_id"])) == 1
+        assert len(dead_letters(store)) == 1
+    finally:
+        server.shutdown()
