@@ -16,10 +16,11 @@ How a message with a known event id is decided (an event id names one content fo
 - "Known" means stored in the topic's table under the same key, or earlier in the same batch.
   Event ids derive from natural keys that include the message key, so both copies of an id sit
   under one key, on one partition, read in order by one sink: the first copy in partition order
-  is the one kept, live and in a replay alike. (An id reused under another key is only seen
-  when both copies share a batch.)
+  is the one kept, live and in a replay alike. An id reused under another key is only seen
+  when both copies share a batch (RolloutRequested, whose id comes from the request id and whose
+  key is the scenario, is today's one event type where that could happen).
 - Content is every column except envelope.event_time and _ingested_at, compared as typed values
-  in ClickHouse, so it does not depend on the schema version that encoded the message.
+  in ClickHouse after the upcast, so it does not depend on the schema version that wrote it.
 - Same content (a byte-identical re-delivery, or a re-emission at another event_time): a
   duplicate, counted once, not dead-lettered.
 - Different content: a conflict. The first content stays; the message is dead-lettered with
