@@ -16,7 +16,7 @@ from rich.table import Table
 
 from consumers import replay as replay_mod
 from consumers.evidence.exceptions import EvidenceError
-from consumers.evidence.sink import EvidenceSink
+from consumers.evidence.sink import GROUP_ID, EvidenceSink
 from infra import orchestrator, processes
 from infra.cli import app, codec_of, console, err, fail, make_publisher, settings_of
 from infra.exceptions import InfraError, NotRunning
@@ -55,9 +55,9 @@ def sink(ctx: typer.Context, until_idle: float | None = typer.Option(
     try:
         bootstrap = processes.require_bootstrap(settings)
         store = processes.open_store(settings)
-        worker = EvidenceSink(store, bootstrap, settings.topic_prefix,
-                              settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms,
-                              schema_ids=codec_of(ctx).schema_ids)
+        worker = EvidenceSink(store, Consumer(consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms)),
+                              make_producer(bootstrap), codec_of(ctx), settings.topic_prefix, settings.sink_batch_max,
+                              settings.sink_linger_ms)
         totals = worker.run(threading.Event(), idle_exit_s=until_idle)
     except (InfraError, EvidenceError) as exc:
         fail(exc)
@@ -81,7 +81,9 @@ def replay(ctx: typer.Context,
             console.print(f"republished {sum(counts.values())} events: {counts}")
         target = into or f"{settings.clickhouse_database}_rebuild"
         with console.status(f"rebuilding {target} from the topics"):
-            rebuilt = replay_mod.rebuild(store, bootstrap, settings.topic_prefix, settings.session_timeout_ms, target)
+            rebuilt = replay_mod.rebuild(
+                store, lambda group: Consumer(consumer_config(bootstrap, group, settings.session_timeout_ms)),
+                codec_of(ctx), settings.topic_prefix, target, broker=bootstrap)
         before, after, differences = replay_mod.compare(store, rebuilt)
     except (InfraError, EvidenceError, ProducerError, ValueError) as exc:
         fail(exc)
