@@ -1,31 +1,16 @@
 """The evidence sink against real brokers and a real chDB store."""
 
-import threading
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
+from sinks import drain, rebuild_from
 
 from consumers.benchmark_state import derived_state, state_digest, table_counts
-from consumers.evidence.sink import EvidenceSink
-from consumers.replay import compare, rebuild, republish
-from infra.kafka_clients import consumer_config, make_producer
+from consumers.replay import compare, republish
+from infra.kafka_clients import make_producer
 from producers.publisher import Publisher
 from producers.synthetic import episodes
 from schemas.codec import Codec
 from schemas.events import make_event
-
-SESSION_MS = 6000
-
-
-def drain(store, broker, prefix, **kw) -> EvidenceSink:
-    consumer = Consumer(consumer_config(broker, f"sink-{prefix}", SESSION_MS))
-    sink = EvidenceSink(store, consumer, make_producer(broker), Codec(), prefix, **kw)
-    sink.run(threading.Event(), idle_exit_s=3.0)
-    return sink
-
-
-def rebuild_from(store, broker, prefix, database):
-    return rebuild(store, lambda group: Consumer(consumer_config(broker, group, SESSION_MS)), Codec(), prefix,
-                   database, broker=broker)
 
 
 def publish(broker, prefix, events) -> Publisher:

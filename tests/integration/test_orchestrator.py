@@ -9,8 +9,8 @@ import time
 import uuid
 
 import pytest
+from sinks import make_sink
 
-from consumers.evidence.sink import EvidenceSink
 from infra.exceptions import WaitTimeout
 from infra.kafka_clients import ensure_topics, make_producer
 from infra.orchestrator import (
@@ -74,7 +74,7 @@ class LiveSink:
     def __init__(self, store, broker: str, prefix: str):
         self.store = store
         self.stop = threading.Event()
-        self.sink = EvidenceSink(store, broker, prefix, 6000, group_id=f"sink-{prefix}")
+        self.sink = make_sink(store, broker, prefix)
         self.thread = threading.Thread(target=self.sink.run, args=(self.stop,), daemon=True)
 
     def landed(self, table: str, count: int) -> None:
