@@ -314,6 +314,7 @@ class EvolveConfig:
     base: tuple[dict, ...] = ()  # ScenarioSpec records of the base benchmark (promoted when nothing is)
     stage_timeout_s: float = 1800.0  # each wait of a cycle gives up after this long
     fragile: bool = True  # the clusterer takes in fragile successes (Settings.cluster_fragile_successes)
+    rollout_budget: int | None = None  # no new cycle starts once the log holds this many episodes
 
     def __post_init__(self) -> None:
         if self.generator not in ("failure-guided", "blind"):
@@ -363,6 +364,9 @@ def evolve(store: EvidenceStore, publisher: Publisher, models: list[ModelConfig]
     _ensure_base(store, publisher, config, on_event, check)
     reports = []
     for k in range(1, config.cycles + 1):
+        if config.rollout_budget is not None and _episodes_spent(store) >= config.rollout_budget:
+            on_event("budget", config.rollout_budget)
+            break
         reports.append(_cycle(store, publisher, models, config, k, on_event, check))
         on_event("report", reports[-1])
     return reports

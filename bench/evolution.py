@@ -1,0 +1,179 @@
+"""The headline: from a saturated base, does the loop build a benchmark that separates the models
+again, and does failure-guided generation beat blind generation on the same budget?
+
+Each arm runs the whole product on the embedded default in a fresh memory dir: `up` (broker,
+pipeline, streams worker with detector, clusterer, mutator and gate, rollout worker, critics),
+the models of producers/sim/configs/models.yaml (four ranked scripted models and the oracle), the
+base benchmark (Lift), then up to ``--cycles`` cycles of the loop (infra.orchestrator.evolve), a
+cycle starting only while the arm has spent less than ``--budget`` rollouts. The failure-guided arm
+seeds the mutator from the failure clusters; the blind arm uses the same operators with random
+parameters and no seed. Everything is then read back from the arm's evidence log:
+
+- promoted: scenarios the loop promoted and that are still active (the base is not one);
+- Spearman: the ranked models' pooled success on the final benchmark against their known skill
+  rank (models.yaml ``rank``), and the spread best - worst (percentage points);
+- oracle: the lowest oracle success of any promoted scenario over its validation episodes;
+- validation cost: rollouts per model per candidate, the parent's control arm included (counted
+  even where the sweeps had already run those seeds), and the rollouts actually run;
+- rollouts spent by purpose and the arm's wall time.
+
+Targets (issue 10): Spearman 1.0 and spread >= 30 pp on the promoted benchmark within 3 cycles,
+oracle >= 90% on every promoted scenario, <= 20 validation rollouts per model per candidate, and
+the guided arm promoting more discriminative scenarios than the blind arm for the same budget.
+
+Usage:
+    python bench/evolution.py [--cycles 3] [--budget 1500] [--sweep-seeds 20] [--max-candidates 4]
+                              [--seed 0] [--arms failure-guided,blind] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from consumers import benchmark_state as q  # noqa: E402
+from consumers.statistics import spearman  # noqa: E402
+from infra import orchestrator, processes  # noqa: E402
+from infra.kafka_clients import make_codec, make_producer  # noqa: E402
+from infra.settings import load_settings  # noqa: E402
+from producers.adapters import RobosuiteAdapter  # noqa: E402
+from producers.publisher import Publisher  # noqa: E402
+from producers.sim.models import load_models, skill_order  # noqa: E402
+
+BASE_HORIZON = 200
+ORACLE_TARGET = 0.9
+SPREAD_TARGET = 0.30
+COST_TARGET = 20.0
+
+
+def run_arm(generator: str, args, work: Path) -> dict:
+    memory = work / generator
+    settings = load_settings(memory_dir=memory, environ={})
+    started = time.monotonic()
+    processes.up(settings)
+    try:
+        store = processes.open_store(settings)
+        codec = make_codec(settings)
+        publisher = Publisher(make_producer(processes.require_bootstrap(settings)), settings.topic_prefix, codec)
+        models = load_models()
+        orchestrator.register_models(publisher, models)
+        config = orchestrator.EvolveConfig(
+            run_id=f"bench-{generator}", cycles=args.cycles, sweep_seeds=args.sweep_seeds,
+            max_candidates=args.max_candidates, generator=generator, seed=args.seed,
+            base=(RobosuiteAdapter().base_scenario("Lift", BASE_HORIZON),), rollout_budget=args.budget,
+            fragile=settings.cluster_fragile_successes)
+
+        def hear(kind, value):
+            if kind == "report":
+                print(f"  [{generator}] cycle {value.cycle}: {len(value.proposed)} proposed, {value.decided}, "
+                      f"promoted {len(value.promoted)}, retired {len(value.retired)}, v{value.version_after}, "
+                      f"{value.rollouts} rollouts, {value.seconds:.0f} s", flush=True)
+
+        reports = orchestrator.evolve(store, publisher, models, config, on_event=hear,
+                                      check=orchestrator.still_running(settings))
+        return measure(store, models, reports, time.monotonic() - started)
+    finally:
+        processes.down(settings)
+
+
+def measure(store, models, reports, seconds: float) -> dict:
+    ranking = skill_order(models)  # best first
+    oracle = next(m.model_id for m in models if m.kind == "oracle")
+    benchmark = q.active_benchmark(store)
+    promoted = [a for a in benchmark.scenarios if a.factor != "base"]
+    pooled = {s.model_id: s for s in q.pooled_scores(q.scores(store, version=benchmark.version))}
+    rates = [pooled[m].success_rate if m in pooled else float("nan") for m in ranking]
+    rho = spearman([-r for r in range(len(ranking))], rates) if promoted else None
+    spread = (max(rates) - min(rates)) if promoted else float("nan")
+    oracle_rates = {}
+    for a in promoted:
+        trials = [t for t in q.trials(store, model_ids=[oracle], scenario_ids=[a.scenario_id]) if t.valid]
+        oracle_rates[a.scenario_id] = sum(t.success for t in trials) / len(trials) if trials else float("nan")
+    verdicts = [v for v in q.verdicts(store) if v.critic == "robustness"]
+    n_models = len(models)
+    cost = sum(v.rollouts for v in verdicts) / n_models / len(verdicts) if verdicts else float("nan")
+    spent = {r.purpose: r.ended_episodes for r in q.rollouts_spent(store)}
+    new_cost = spent.get("validation", 0) / n_models / len(verdicts) if verdicts else float("nan")
+    discriminative = sum(1 for c in q.candidates(store) if c.status in ("promoted", "retired")
+                         and c.generator != "base")
+    return {"cycles": len(reports), "promoted": len(promoted), "promoted_ever": discriminative,
+            "candidates": sum(len(r.proposed) for r in reports), "scores": dict(zip(ranking, rates, strict=True)),
+            "spearman": rho, "spread": spread, "oracle_min": min(oracle_rates.values(), default=float("nan")),
+            "oracle": oracle_rates, "cost_per_model_candidate": cost, "new_cost_per_model_candidate": new_cost,
+            "rollouts": sum(spent.values()), "by_purpose": spent, "seconds": seconds,
+            "version": benchmark.version, "promoted_ids": [a.scenario_id for a in promoted],
+            "promoted_factors": [a.factor for a in promoted]}
+
+
+def print_table(results: dict[str, dict]) -> None:
+    arms = list(results)
+    rows = [("cycles run", "cycles", "{:d}"), ("candidates proposed", "candidates", "{:d}"),
+            ("promoted (active at the end)", "promoted", "{:d}"), ("promoted, ever", "promoted_ever", "{:d}"),
+            ("Spearman vs true skill", "spearman", "{:.2f}"), ("spread best-worst (pp)", "spread", "{:.0%}"),
+            ("oracle, worst promoted scenario", "oracle_min", "{:.0%}"),
+            ("validation rollouts / model / candidate (control incl.)", "cost_per_model_candidate", "{:.1f}"),
+            ("  of which run anew", "new_cost_per_model_candidate", "{:.1f}"),
+            ("rollouts spent", "rollouts", "{:d}"), ("wall time (s)", "seconds", "{:.0f}")]
+    width = max(len(label) for label, _, _ in rows) + 2
+    print("\n" + "".ljust(width) + "".join(a.rjust(16) for a in arms) + ("ratio".rjust(10) if len(arms) == 2 else ""))
+    for label, key, fmt in rows:
+        cells = []
+        for a in arms:
+            v = results[a][key]
+            cells.append(("-" if v is None or (isinstance(v, float) and v != v) else fmt.format(v)).rjust(16))
+        ratio = ""
+        if len(arms) == 2:
+            a, b = (results[x][key] for x in arms)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b and a == a and b == b:
+                ratio = f"{a / b:.2f}".rjust(10)
+        print(label.ljust(width) + "".join(cells) + ratio)
+    for a in arms:
+        r = results[a]
+        print(f"\n{a}: final benchmark v{r['version']}: {', '.join(r['promoted_ids']) or 'base only'} "
+              f"({', '.join(r['promoted_factors'])}); per-model success {json.dumps(r['scores'])}")
+        print(f"  oracle per promoted scenario: {json.dumps(r['oracle'])}; rollouts by purpose {r['by_purpose']}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--budget", type=int, default=1500, help="rollouts an arm may spend before a new cycle")
+    parser.add_argument("--sweep-seeds", type=int, default=20)
+    parser.add_argument("--max-candidates", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arms", default="failure-guided,blind")
+    parser.add_argument("--keep", type=Path, help="keep the arms' memory dirs here")
+    args = parser.parse_args(argv)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="sepa-evolution-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    results = {}
+    try:
+        for arm in args.arms.split(","):
+            print(f"arm {arm}: {args.cycles} cycles at most, budget {args.budget} rollouts", flush=True)
+            results[arm] = run_arm(arm.strip(), args, work)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print_table(results)
+    g = results.get("failure-guided")
+    if g:
+        ok = (g["spearman"] == 1.0, g["spread"] >= SPREAD_TARGET, g["oracle_min"] >= ORACLE_TARGET,
+              g["cost_per_model_candidate"] <= COST_TARGET)
+        print(f"\ntargets (failure-guided): Spearman 1.0 {'met' if ok[0] else 'MISSED'}, spread >= 30 pp "
+              f"{'met' if ok[1] else 'MISSED'}, oracle >= 90% {'met' if ok[2] else 'MISSED'}, cost <= 20 "
+              f"{'met' if ok[3] else 'MISSED'}")
+    print(f"total wall time {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
