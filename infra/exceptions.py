@@ -15,3 +15,7 @@ class KafkaLauncherError(BrokerError):
 
 class PipelineError(InfraError):
     """A background pipeline process could not be started, found or stopped."""
+
+
+class LiberoSetupError(InfraError):
+    """The LIBERO venv could not be built, or is not (completely) set up."""
