@@ -198,8 +198,19 @@ class RolloutPool:
         self.executor.shutdown()
 
 
+def serves(request: dict, benchmarks: tuple[str, ...]) -> bool:
+    """Whether a worker for these benchmarks serves this request (a scenario without a benchmark
+    is a robosuite one, as the Avro default says)."""
+    return request.get("scenario", {}).get("benchmark", "robosuite") in benchmarks
+
+
 class RolloutWorker:
-    """Serves rollout.requests: one request at a time, committed after its episodes are published."""
+    """Serves rollout.requests: one request at a time, committed after its episodes are published.
+
+    Requests of another benchmark (LIBERO: its own worker in its own venv and consumer group,
+    producers/libero/worker.py) are skipped and committed, not dead-lettered."""
+
+    benchmarks = ("robosuite",)
 
     def __init__(self, pool: RolloutPool, bootstrap: str, prefix: str, session_timeout_ms: int):
         self.pool, self.prefix = pool, prefix
@@ -209,6 +220,7 @@ class RolloutWorker:
         self.publisher = Publisher(make_producer(bootstrap), prefix)
         self.codec = Codec()
         self.served = 0
+        self.skipped = 0
 
     def run(self, stop: threading.Event) -> None:
         self.consumer.subscribe([f"{self.prefix}rollout.requests"])
@@ -219,9 +231,12 @@ class RolloutWorker:
                     continue
                 try:
                     request = self.codec.decode(msg.value())
-                    summaries = self.pool.run(request)
-                    log.info("request %s: %d episodes, %d successes", request["request_id"], len(summaries),
-                             sum(s.success for s in summaries))
+                    if serves(request, self.benchmarks):
+                        summaries = self.pool.run(request)
+                        log.info("request %s: %d episodes, %d successes", request["request_id"], len(summaries),
+                                 sum(s.success for s in summaries))
+                    else:
+                        self.skipped += 1
                 except (SchemaError, KeyError, ValueError) as exc:
                     self._dead_letter(msg, f"{type(exc).__name__}: {exc}")
                 self.consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],

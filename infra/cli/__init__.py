@@ -73,4 +73,4 @@ def fail(exc: Exception) -> None:
     raise typer.Exit(1)
 
 
-from infra.cli import events, loop, read, stack  # noqa: E402,F401  (registers the commands)
+from infra.cli import events, libero, loop, read, stack  # noqa: E402,F401  (registers the commands)

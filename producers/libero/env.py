@@ -208,6 +208,7 @@ class LiberoEnv:
         self._started = False
         self._success = False
         self._start_pos: dict[str, np.ndarray] = {}
+        self.placed_heights: dict[str, float] = {}  # objects' heights as placed, before settling
         self._force_buf = np.zeros(6)
         _LIVE.add(self)
 
@@ -431,6 +432,7 @@ class LiberoEnv:
             wrapper.set_init_state(state)
             self._apply_layout()
             raw.sim.forward()
+            self.placed_heights = {o.name: float(self.data.xpos[o.body][2]) for o in self._objs}
             for _ in range(SETTLE_STEPS):
                 obs, _, _, _ = wrapper.step(np.asarray(LIBERO_DUMMY_ACTION))
         except (LiberoScenarioError, ValueError):
@@ -535,6 +537,17 @@ class LiberoEnv:
         centre = d.site_xpos[self._goal_site_id].copy()
         half = np.abs(d.site_xmat[self._goal_site_id].reshape(3, 3) @ self._goal_half)
         return centre, half
+
+    def goal_container(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(centre, half extents) now of the object holding the In region (the basket), or of the
+        On goal's object; None for other goals."""
+        if self._goal_kind == "in":
+            parent = getattr(self.raw.object_sites_dict[self._goal_site], "parent_name", None)
+            return self.object_extent(parent) if parent in self._by_name else None
+        if self._goal_kind == "on":
+            name = self.info.goal[0][2]
+            return self.object_extent(name) if name in self._by_name else None
+        return None
 
     def goal_pos(self) -> np.ndarray:
         """Where the target's centre should go (world, m): the In region's centre; the On

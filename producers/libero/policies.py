@@ -48,7 +48,7 @@ HOVER_M = 0.06  # above the target's top before descending
 CLEARANCE_M = 0.04  # the carried object's bottom above the goal's rim
 RELEASE_ABOVE_CENTRE_M = 0.03  # the carried object's centre above the goal region's centre at release
 FLOOR_CLEARANCE_M = 0.012  # the grip site never goes lower than this above the target's bottom
-GRASP_BELOW_TOP_M = 0.025  # grasp this far below the target's top (tall objects), or at its centre
+GRASP_BELOW_TOP_M = 0.02  # grasp this far below the target's top: the palm stops the fingers ~3 cm down
 # Tolerances (m, rad) at precision 1; divided by precision.
 XY_TOL_M = 0.006
 Z_TOL_M = 0.008
@@ -61,6 +61,15 @@ PHASE_TIMEOUT_STEPS = 80
 # Candidate closing directions searched for the narrowest grasp (degrees apart).
 GRASP_YAW_STEP_DEG = 5
 GRIPPER_MAX_OPENING_M = 0.078
+GRASP_WIDTH_MARGIN_M = 0.012  # a closing direction is graspable when the object is this much narrower
+# Points along the closing direction (m from the target's centre, both sides) where the fingers
+# and the hand come down: a direction is chosen to keep them clear of the other objects.
+HAND_PROBE_M = (0.045, 0.07, 0.1)
+CLEARANCE_ENOUGH_M = 0.04  # clearance beyond this does not make a direction better
+# A descend or lower that moved the hand less than this over STALL_STEPS steps is blocked
+# (the palm on the target's top, the object on the goal's floor): go on to the next phase.
+STALL_M = 0.001
+STALL_STEPS = 4
 GRIP_OPEN, GRIP_CLOSE = -1.0, 1.0
 PHASES = ("approach", "descend", "close", "lift", "carry", "lower", "open", "retreat")
 
@@ -87,17 +96,36 @@ def _rotvec(q) -> np.ndarray:
     return q[:3] / s * (2.0 * math.atan2(s, q[3]))
 
 
-def narrowest_closing_angle(footprint: np.ndarray) -> tuple[float, float]:
-    """(angle of the closing direction in the x/y plane, rad; the object's width along it, m)
-    that minimises the width of the footprint's points."""
-    best = (0.0, math.inf)
+def _box_distance(point: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    return float(np.linalg.norm(np.maximum(0.0, np.maximum(lo - point, point - hi))))
+
+
+def closing_angle(footprint: np.ndarray, centre_xy: np.ndarray,
+                  neighbours: list[np.ndarray]) -> tuple[float, float, float]:
+    """The closing direction for a top-down grasp: (angle in the x/y plane, rad; the target's
+    width along it, m; the hand's clearance from the neighbours' footprints, m).
+
+    Among the directions across which the target fits the open gripper, the one whose finger and
+    hand points (HAND_PROBE_M along it) keep clearest of the other objects (up to
+    CLEARANCE_ENOUGH_M), the narrowest among equally clear ones; the narrowest overall when none fits."""
     pts = np.asarray(footprint, dtype=float)
+    boxes = [(n.min(0), n.max(0)) for n in neighbours if len(n)]
+    best_key, best = None, (0.0, math.inf, 0.0)
     for deg in range(0, 180, GRASP_YAW_STEP_DEG):
         a = math.radians(deg)
-        proj = pts @ np.array([math.cos(a), math.sin(a)])
+        axis = np.array([math.cos(a), math.sin(a)])
+        proj = pts @ axis
         width = float(proj.max() - proj.min())
-        if width < best[1] - 1e-9:
-            best = (a, width)
+        clear = CLEARANCE_ENOUGH_M
+        for r in HAND_PROBE_M:
+            for side in (-1.0, 1.0):
+                probe = centre_xy + side * r * axis
+                for lo, hi in boxes:
+                    clear = min(clear, _box_distance(probe, lo, hi))
+        fits = width <= GRIPPER_MAX_OPENING_M - GRASP_WIDTH_MARGIN_M
+        key = (fits, round(clear, 3) if fits else 0.0, -width)
+        if best_key is None or key > best_key:
+            best_key, best = key, (a, width, clear)
     return best
 
 
@@ -139,38 +167,49 @@ class ScriptedPickPlace:
         self._leave_factor = float(self._rng.uniform(1.0, 1.0 + 3 * j)) if j else 1.0
         self._plan = None
         self.phase, self._phase_t = PHASES[0], 0
+        self._z_history: list[float] = []
 
     # -- planning from the privileged state ---------------------------------------------------
 
     def _make_plan(self, env: Any, signals: dict[str, Any]) -> _Plan:
         target = env.target
         centre, half = env.object_extent(target)
-        angle, _width = narrowest_closing_angle(env.object_footprint(target))
+        self._half_z = float(half[2])
+        neighbours = [env.object_footprint(n) for n in env.object_names if n != target]
+        angle, _width, _clear = closing_angle(env.object_footprint(target), centre[:2], neighbours)
         pad = env.pad_axis_world()
         turn = _wrap_half_turn(angle - math.atan2(pad[1], pad[0]))
         q0 = np.asarray(signals["eef_quat"], dtype=float)
         orientation = _quat_mul(np.array([0.0, 0.0, math.sin(turn / 2), math.cos(turn / 2)]), q0)
         bottom, top = centre[2] - half[2], centre[2] + half[2]
-        grasp_z = max(bottom + FLOOR_CLEARANCE_M, min(centre[2], top - GRASP_BELOW_TOP_M))
+        grasp_z = max(bottom + FLOOR_CLEARANCE_M, top - GRASP_BELOW_TOP_M)
         region = env.goal_region()
         goal = env.goal_pos()
-        if region is not None:
-            rim = region[0][2] + region[1][2]
-            goal_centre_z = region[0][2]
-        else:
-            g_c, g_h = env.object_extent(env.info.goal[0][2]) if env.info.goal and len(env.info.goal[0]) == 3 \
-                and env.info.goal[0][2] in env.object_names else (goal, np.zeros(3))
-            rim = g_c[2] + g_h[2]
-            goal_centre_z = rim + half[2]
-        obj_below_grip = grasp_z - bottom  # the held object's bottom below the grip site
-        centre_below_grip = grasp_z - centre[2]
-        carry_z = max(rim + CLEARANCE_M + obj_below_grip, top + HOVER_M)
-        release_z = goal_centre_z + RELEASE_ABOVE_CENTRE_M + centre_below_grip
+        container = env.goal_container()
+        rim = max(region[0][2] + region[1][2] if region is not None else -math.inf,
+                  container[0][2] + container[1][2] if container is not None else -math.inf)
+        self._rim = rim if math.isfinite(rim) else float(goal[2])
+        self._goal_centre_z = float(region[0][2]) if region is not None else self._rim + float(half[2])
+        carry_z, release_z = self._heights(grasp_z, centre[2])
         return _Plan(target_xy=centre[:2] + self._belief, goal_xy=np.asarray(goal[:2]) + self._goal_belief,
-                     grasp_z=grasp_z, hover_z=top + HOVER_M, carry_z=carry_z, release_z=min(release_z, carry_z),
-                     orientation=orientation,
+                     grasp_z=grasp_z, hover_z=top + HOVER_M, carry_z=max(carry_z, top + HOVER_M),
+                     release_z=release_z, orientation=orientation,
                      close_steps=max(1, round(CLOSE_STEPS * self._close_scale)),
                      open_steps=max(1, round(OPEN_STEPS * self._open_scale)))
+
+    def _heights(self, grip_z: float, centre_z: float) -> tuple[float, float]:
+        """(carry, release) heights of the grip site for an object held with its centre at
+        ``centre_z`` while the grip site is at ``grip_z``."""
+        bottom_below_grip = grip_z - (centre_z - self._half_z)
+        carry = self._rim + CLEARANCE_M + bottom_below_grip
+        release = self._goal_centre_z + RELEASE_ABOVE_CENTRE_M + (grip_z - centre_z)
+        return carry, min(release, carry)
+
+    def _stalled(self, z: float) -> bool:
+        """The hand has not moved down by STALL_M over the last STALL_STEPS steps of this phase."""
+        hist = self._z_history
+        hist.append(z)
+        return len(hist) > STALL_STEPS and hist[-1 - STALL_STEPS] - z < STALL_M
 
     # -- control ------------------------------------------------------------------------------
 
@@ -185,6 +224,7 @@ class ScriptedPickPlace:
 
     def _next(self, phase: str) -> None:
         self.phase, self._phase_t = phase, 0
+        self._z_history = []
 
     def act(self, obs: dict[str, Any], signals: dict[str, Any]) -> np.ndarray:
         env = obs["privileged"]
@@ -208,12 +248,14 @@ class ScriptedPickPlace:
             return self._noisy(self._move(eef, quat, goal, GRIP_OPEN))
         if phase == "descend":
             goal = np.array([*plan.target_xy, plan.grasp_z])
-            if abs(eef[2] - plan.grasp_z) < z_tol * self._leave_factor or timed_out:
+            if abs(eef[2] - plan.grasp_z) < z_tol * self._leave_factor or self._stalled(eef[2]) or timed_out:
                 self._next("close")
             return self._noisy(self._move(eef, quat, goal, GRIP_OPEN))
         if phase == "close":
             goal = np.array([*plan.target_xy, plan.grasp_z])
             if self._phase_t >= plan.close_steps:
+                # plan the carry from where the object really sits in the hand
+                plan.carry_z, plan.release_z = self._heights(float(eef[2]), float(target_now[2]))
                 self._next("lift")
             return self._noisy(self._move(eef, quat, goal, GRIP_CLOSE))
         if phase == "lift":
@@ -230,7 +272,7 @@ class ScriptedPickPlace:
             return self._noisy(self._move(eef, quat, goal, GRIP_CLOSE))
         if phase == "lower":
             goal = np.array([*(plan.goal_xy - held_offset), plan.release_z])
-            if eef[2] < plan.release_z + z_tol or timed_out:
+            if eef[2] < plan.release_z + z_tol or self._stalled(eef[2]) or timed_out:
                 self._next("open")
             return self._noisy(self._move(eef, quat, goal, GRIP_CLOSE))
         if phase == "open":

@@ -179,7 +179,8 @@ class LiberoScenario:
         if self.suite not in SUITES:
             raise LiberoScenarioError(f"suite must be one of {SUITES}, got {self.suite!r}")
         if not isinstance(self.env_name, str) or not re.match(r"^[A-Za-z0-9_]+$", self.env_name or ""):
-            raise LiberoScenarioError(f"env_name must be a LIBERO task name (letters, digits, _), got {self.env_name!r}")
+            raise LiberoScenarioError(f"env_name must be a LIBERO task name (letters, digits, _), "
+                                      f"got {self.env_name!r}")
         if not isinstance(self.instruction, str) or not self.instruction.strip():
             raise LiberoScenarioError(f"instruction must be a non-empty string, got {self.instruction!r}")
         for name, hi in (("horizon", MAX_HORIZON), ("init_state_index", INIT_STATES_PER_TASK - 1),
