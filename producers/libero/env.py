@@ -69,6 +69,9 @@ ON_XY_TOLERANCE_M = 0.03
 # LIBERO's in_box lowers a region's floor by this much.
 IN_BOX_FLOOR_SLACK_M = 0.01
 KEYFRAME_CAMERA = "agentview"
+# Distractor instances are named <category>_<n> (LIBERO's naming; its parser needs the suffix),
+# numbered from here so they never clash with a task's own instances.
+DISTRACTOR_INDEX_BASE = 91
 WRIST_CAMERA = "robot0_eye_in_hand"
 
 SIGNAL_KEYS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
@@ -136,38 +139,58 @@ class _Obj:
     qvel: int
 
 
-def distractor_bddl(text: str, distractors: list[tuple[str, float, float]]) -> str:
+def _section_span(text: str, head: str) -> tuple[int, int]:
+    """[start, end) of the parenthesised BDDL section that opens with ``head`` (e.g. "(:objects")."""
+    start = text.find(head)
+    if start < 0:
+        raise LiberoScenarioError(f"the task's BDDL has no {head} section")
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return start, i + 1
+    raise LiberoScenarioError(f"the task's BDDL {head} section is not closed")
+
+
+def distractor_bddl(text: str, objects: dict[str, str], distractors: list[tuple[str, float, float]]) -> str:
     """The task's BDDL with one movable object per (category, x, y) added, each resting in a 2 mm
-    region at (x, y) of the task's workspace (the target of its first region)."""
+    region at (x, y) of the task's workspace (the target of its first region). ``objects`` is the
+    task's instance -> category map; the objects section is rewritten one line per category
+    (LIBERO's parser keeps only the last line of a category)."""
     import re
 
     target = re.search(r"\(:target\s+([A-Za-z0-9_]+)\)", text)
     if target is None:
         raise LiberoScenarioError("the task's BDDL has no region to place distractors relative to")
     workspace = target.group(1)
-    regions, objects, inits = [], [], []
+    regions, inits = [], []
+    by_category: dict[str, list[str]] = {}
+    for name, category in objects.items():
+        by_category.setdefault(category, []).append(name)
     for i, (category, x, y) in enumerate(distractors):
         region = f"sepa_distractor_{i}_region"
         regions.append(f"      ({region}\n          (:target {workspace})\n          (:ranges (\n"
                        f"              ({x - 0.001!r} {y - 0.001!r} {x + 0.001!r} {y + 0.001!r})\n"
                        f"            )\n          )\n      )\n")
-        objects.append(f"    {distractor_name(category, i)} - {category}\n")
+        by_category.setdefault(category, []).append(distractor_name(category, i))
         inits.append(f"    (On {distractor_name(category, i)} {workspace}_{region})\n")
+    start, end = _section_span(text, "(:objects")
+    lines = "".join(f"    {' '.join(names)} - {category}\n" for category, names in by_category.items())
+    text = text[:start] + "(:objects\n" + lines + "  )" + text[end:]
 
     def insert_after(section: str, body: str, src: str) -> str:
         at = src.find(section)
         if at < 0:
             raise LiberoScenarioError(f"the task's BDDL has no {section} section")
-        end = src.find("\n", at) + 1
-        return src[:end] + body + src[end:]
+        line_end = src.find("\n", at) + 1
+        return src[:line_end] + body + src[line_end:]
 
     text = insert_after("(:regions", "".join(regions), text)
-    text = insert_after("(:objects", "".join(objects), text)
     return insert_after("(:init", "".join(inits), text)
 
 
 def distractor_name(category: str, index: int) -> str:
-    return f"{category}_sepa{index + 1}"
+    return f"{category}_{DISTRACTOR_INDEX_BASE + index}"
 
 
 class LiberoEnv:
@@ -190,7 +213,7 @@ class LiberoEnv:
         if self._distractors:
             self._tmp = tempfile.TemporaryDirectory(prefix="sepa-libero-")
             bddl = Path(self._tmp.name) / self.info.bddl_path.name
-            bddl.write_text(distractor_bddl(self.info.bddl_path.read_text(),
+            bddl.write_text(distractor_bddl(self.info.bddl_path.read_text(), self.info.objects,
                                             [(c, x, y) for c, x, y, _ in self._distractors]))
         try:
             self._wrapper = env_wrapper.ControlEnv(
@@ -202,6 +225,7 @@ class LiberoEnv:
                                  f"{exc!r}") from exc
         self.raw = self._wrapper.env
         self._renderers: dict[int, mujoco.Renderer] = {}
+        self._scene_option: mujoco.MjvOption | None = None
         self._index_model()
         self._save_model_defaults()
         self.steps = 0
@@ -639,7 +663,10 @@ class LiberoEnv:
             except Exception as exc:
                 raise LiberoEnvError(f"cannot create an offscreen renderer (MUJOCO_GL="
                                      f"{os.environ.get('MUJOCO_GL')!r}): {exc!r}") from exc
-        renderer.update_scene(self.data, camera=camera)
+        if self._scene_option is None:
+            self._scene_option = mujoco.MjvOption()
+            self._scene_option.geomgroup[0] = 0  # collision geoms hidden, as robosuite renders them
+        renderer.update_scene(self.data, camera=camera, scene_option=self._scene_option)
         return renderer.render().copy()
 
     def render_keyframe(self, size: int = 128, camera: str = KEYFRAME_CAMERA) -> np.ndarray:

@@ -100,7 +100,7 @@ def paraphrase(spec: LiberoScenario, index: int = 0) -> LiberoScenario:
 # One mutation per axis at a moderate magnitude: what `python -m producers.libero.bench` reports.
 PROBE = {
     "layout": lambda s: layout(s, dx_m=0.05, dy_m=-0.03, yaw_rad=0.6),
-    "material": lambda s: material(s, friction=0.15, mass_scale=4.0),
+    "material": lambda s: material(s, friction=0.4, mass_scale=3.0),
     "distractor": lambda s: distractor(s, "ketchup", x_m=0.0, y_m=0.0),
     "paraphrase": lambda s: paraphrase(s, 1),
     "camera": lambda s: camera(s, dx_m=0.06, dz_m=0.04, pitch_rad=0.08),
