@@ -12,7 +12,9 @@ its consumer has its partitions; SIGTERM stops it after the request in hand.
 
 ``start_libero_worker(settings, bootstrap)`` starts it in the background when the LIBERO venv is
 set up (returns None otherwise), with its log in ``<run_dir>/libero-worker.log``, and waits for the
-ready file.
+ready file; ``stop_libero_worker(pid)`` stops it and its pool processes (SIGTERM to the worker,
+which finishes the request in hand, then SIGKILL to its whole process group after the timeout: an
+unfinished request is not committed, so it is served again).
 """
 
 from __future__ import annotations
@@ -140,6 +142,37 @@ def start_libero_worker(settings: Settings, bootstrap: str, processes: int = 2,
         time.sleep(0.2)
     process.terminate()
     raise PipelineError(f"the LIBERO worker was not ready within {timeout_s}s; see {log_path}")
+
+
+def stop_libero_worker(pid: int, timeout_s: float = 30.0) -> bool:
+    """Stops the worker started by start_libero_worker (its own session: pgid == pid). True when
+    it had to be killed."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+        except ChildProcessError:  # not our child
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+        time.sleep(0.1)
+    else:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return True
+    try:  # pool processes left behind by a worker that died
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return False
 
 
 if __name__ == "__main__":

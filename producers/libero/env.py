@@ -72,6 +72,8 @@ KEYFRAME_CAMERA = "agentview"
 # Distractor instances are named <category>_<n> (LIBERO's naming; its parser needs the suffix),
 # numbered from here so they never clash with a task's own instances.
 DISTRACTOR_INDEX_BASE = 91
+DISTRACTOR_PARK_XY = (0.42, -0.42)
+DISTRACTOR_PARK_STEP_M = 0.14
 WRIST_CAMERA = "robot0_eye_in_hand"
 
 SIGNAL_KEYS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
@@ -152,9 +154,16 @@ def _section_span(text: str, head: str) -> tuple[int, int]:
     raise LiberoScenarioError(f"the task's BDDL {head} section is not closed")
 
 
-def distractor_bddl(text: str, objects: dict[str, str], distractors: list[tuple[str, float, float]]) -> str:
-    """The task's BDDL with one movable object per (category, x, y) added, each resting in a 2 mm
-    region at (x, y) of the task's workspace (the target of its first region). ``objects`` is the
+def park_xy(index: int) -> tuple[float, float]:
+    """Where distractor ``index`` is placed when the scene is sampled (workspace frame, m): a corner
+    no task region uses, so LIBERO's rejection sampler always finds room; reset() then moves it to
+    its scenario position (the stored init states fix every other object anyway)."""
+    return DISTRACTOR_PARK_XY[0], DISTRACTOR_PARK_XY[1] + DISTRACTOR_PARK_STEP_M * index
+
+
+def distractor_bddl(text: str, objects: dict[str, str], categories: list[str]) -> str:
+    """The task's BDDL with one movable object per category added, each resting in a 2 mm region
+    at its park_xy() of the task's workspace (the target of its first region). ``objects`` is the
     task's instance -> category map; the objects section is rewritten one line per category
     (LIBERO's parser keeps only the last line of a category)."""
     import re
@@ -167,7 +176,8 @@ def distractor_bddl(text: str, objects: dict[str, str], distractors: list[tuple[
     by_category: dict[str, list[str]] = {}
     for name, category in objects.items():
         by_category.setdefault(category, []).append(name)
-    for i, (category, x, y) in enumerate(distractors):
+    for i, category in enumerate(categories):
+        x, y = park_xy(i)
         region = f"sepa_distractor_{i}_region"
         regions.append(f"      ({region}\n          (:target {workspace})\n          (:ranges (\n"
                        f"              ({x - 0.001!r} {y - 0.001!r} {x + 0.001!r} {y + 0.001!r})\n"
@@ -214,7 +224,7 @@ class LiberoEnv:
             self._tmp = tempfile.TemporaryDirectory(prefix="sepa-libero-")
             bddl = Path(self._tmp.name) / self.info.bddl_path.name
             bddl.write_text(distractor_bddl(self.info.bddl_path.read_text(), self.info.objects,
-                                            [(c, x, y) for c, x, y, _ in self._distractors]))
+                                            [c for c, *_ in self._distractors]))
         try:
             self._wrapper = env_wrapper.ControlEnv(
                 bddl_file_name=str(bddl), robots=["Panda"], has_renderer=False, has_offscreen_renderer=False,
@@ -429,8 +439,11 @@ class LiberoEnv:
             else:
                 q = d.qpos[obj.qpos + 3:obj.qpos + 7]
                 q[:] = _qmul_wxyz(_zrot_wxyz(v), q)
-        for i, (category, _x, _y, yaw) in enumerate(self._distractors):
+        for i, (category, x, y, yaw) in enumerate(self._distractors):
             obj = self._by_name[distractor_name(category, i)]
+            px, py = park_xy(i)
+            d.qpos[obj.qpos] += x - px
+            d.qpos[obj.qpos + 1] += y - py
             q = d.qpos[obj.qpos + 3:obj.qpos + 7]
             q[:] = _qmul_wxyz(_zrot_wxyz(yaw), q)
 

@@ -26,8 +26,9 @@ Perturbations (``perturbations``: name -> float; the Avro map). A name is
     material.<object>.mass_scale       factor on its mass and inertia
     material.<object>.tint_r/.tint_g/.tint_b   factor (0..1) on the colour channel of its materials
     distractor.<category>.x_m, .y_m    add one object of LIBERO's own object set (e.g. ketchup,
-                                       orange_juice, chocolate_pudding) resting at world x/y, m;
-                                       both are required
+                                       orange_juice, chocolate_pudding) resting at x/y of the task's
+                                       workspace frame (the frame of its BDDL regions), m; both
+                                       are required
     distractor.<category>.yaw_rad      its yaw, rad (default 0)
     camera.<camera>.dx_m/.dy_m/.dz_m   move a camera (agentview, robot0_eye_in_hand), world frame, m
     camera.<camera>.pitch_rad/.yaw_rad turn it about its own x (pitch) / the world z (yaw) axis, rad

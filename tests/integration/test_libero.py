@@ -41,16 +41,6 @@ SOUP = 0  # libero_object task: pick up the alphabet soup (the oracle needs ~115
 
 
 @pytest.fixture(scope="session")
-def libero_venv() -> LiberoVenv:
-    venv = LiberoVenv.at()
-    if not venv.ready():
-        if os.environ.get("SEPA_TEST_REQUIRE_LIBERO") == "1":
-            pytest.fail(f"LIBERO is not set up at {venv.root} and SEPA_TEST_REQUIRE_LIBERO=1")
-        pytest.skip("LIBERO is not set up (sepa-eval libero setup)")
-    return venv
-
-
-@pytest.fixture(scope="session")
 def catalog(libero_venv) -> TaskCatalog:
     return TaskCatalog(libero_venv.package_dir)
 
