@@ -374,9 +374,12 @@ class LiberoEnv:
                                       f"{self.spec.task} (objects: {list(self.object_names)})")
         return self._by_name[name]
 
-    def _apply_model_edits(self) -> None:
+    def _apply_model_edits(self, friction: bool = True) -> None:
         """Materials, mass, cameras and lights from the perturbations, set on the compiled model
-        from its saved defaults (idempotent)."""
+        from its saved defaults (idempotent). ``friction=False`` leaves the frictions (and geom
+        priorities) at their defaults: reset() sets them after the settle steps, because LIBERO's
+        stored init states sink objects ~2 cm into the floor, and with the object's own contact
+        parameters (what a higher geom priority selects) the solver throws them out violently."""
         m, o = self.model, self._orig
         m.geom_friction[:] = o["geom_friction"]
         m.geom_priority[:] = o["geom_priority"]
@@ -392,6 +395,8 @@ class LiberoEnv:
                 obj = self._obj_for(p.subject)
                 geoms = self._obj_geoms[obj.name]
                 if p.parameter == "friction":
+                    if not friction:
+                        continue
                     collide = geoms[(m.geom_contype[geoms] != 0) | (m.geom_conaffinity[geoms] != 0)]
                     m.geom_friction[collide, 0] = v
                     m.geom_priority[collide] = OBJECT_GEOM_PRIORITY
@@ -458,7 +463,7 @@ class LiberoEnv:
         try:
             np.random.seed(int(seed))  # LIBERO's placement samplers draw from numpy's global generator
             wrapper.reset()
-            self._apply_model_edits()
+            self._apply_model_edits(friction=False)
             if self._state_map is not None:
                 full = raw.sim.get_state().flatten()
                 new_q, old_q, new_v, old_v = self._state_map
@@ -472,6 +477,7 @@ class LiberoEnv:
             self.placed_heights = {o.name: float(self.data.xpos[o.body][2]) for o in self._objs}
             for _ in range(SETTLE_STEPS):
                 obs, _, _, _ = wrapper.step(np.asarray(LIBERO_DUMMY_ACTION))
+            self._apply_model_edits(friction=True)
         except (LiberoScenarioError, ValueError):
             raise
         except Exception as exc:
