@@ -19,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -27,7 +28,7 @@ from infra.kafka_clients import ensure_topics, make_producer
 from infra.libero_venv import LiberoVenv
 from infra.libero_worker import start_libero_worker, worker_environ
 from infra.settings import load_settings
-from producers.libero.mutations import distractor, layout, lighting, material
+from producers.libero.mutations import camera, distractor, layout, lighting, material
 from producers.libero.tasks import TaskCatalog
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request
@@ -96,23 +97,60 @@ def test_tasks_and_scenarios_come_from_the_venvs_files(libero_venv, tmp_path):
     assert bad.returncode == 1 and "layout takes the parameters" in bad.stderr
 
 
-def run_in_libero(venv: LiberoVenv, bootstrap: str, prefix: str, request: dict, seeds: list[int],
-                  tmp_path: Path) -> list[dict]:
-    path = tmp_path / f"request-{uuid.uuid4().hex[:6]}.json"
-    path.write_text(json.dumps(request, default=str))
+def in_libero(venv: LiberoVenv, args: list[str], tmp_path: Path, bootstrap: str = "unused:0",
+              prefix: str = "unused.") -> list[dict]:
     settings = load_settings(environ={}, memory_dir=tmp_path, bootstrap_servers=bootstrap, topic_prefix=prefix)
-    proc = subprocess.run([str(venv.python), str(ROOT / "tests" / "integration" / "libero_episodes.py"), bootstrap,
-                           prefix, str(path), *map(str, seeds)], env=worker_environ(settings, bootstrap, venv),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([str(venv.python), str(ROOT / "tests" / "integration" / "libero_episodes.py"), *args],
+                          env=worker_environ(settings, bootstrap, venv), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_in_libero(venv: LiberoVenv, bootstrap: str, prefix: str, request: dict, seeds: list[int],
+                  tmp_path: Path, servers: dict[str, str] | None = None) -> list[dict]:
+    path = tmp_path / f"request-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(request, default=str))
+    extra = [f"--server={m}={u}" for m, u in (servers or {}).items()]
+    return in_libero(venv, ["record", bootstrap, prefix, str(path), *extra, *map(str, seeds)], tmp_path, bootstrap,
+                     prefix)
+
+
+def test_perturbations_are_applied_and_the_feasibility_check_tells_a_broken_scene(libero_venv, catalog, tmp_path):
+    base = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[SOUP], horizon=200)
+    specs = {"base": base,
+             "layout": layout(base, dx_m=0.04, yaw_rad=0.5),
+             "material": material(base, friction=0.3, mass_scale=2.0),
+             "pixels": lighting(camera(base, dx_m=0.1, pitch_rad=0.1), diffuse_scale=0.3),
+             "crowded": distractor(base, "milk", 0.0, 0.0),
+             # a second can where the target stands: interpenetration, or no room to grasp
+             "broken": layout(base, dx_m=0.0).perturb(**{"distractor.alphabet_soup.x_m": -0.12,
+                                                          "distractor.alphabet_soup.y_m": -0.24})}
+    paths = []
+    for name, spec in specs.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(spec.to_dict()))
+        paths.append(str(path))
+    got = dict(zip(specs, in_libero(libero_venv, ["probe", *paths], tmp_path), strict=True))
+    b = got["base"]
+    assert b["feasible"] and got["layout"]["feasible"] and got["crowded"]["feasible"], got
+    moved = np.subtract(got["layout"]["target_pos"][:2], b["target_pos"][:2])
+    assert moved[0] == pytest.approx(0.04, abs=0.01) and abs(moved[1]) < 0.01
+    assert got["layout"]["target_quat"] != pytest.approx(b["target_quat"], abs=0.05)
+    assert got["material"]["target_mass"] == pytest.approx(2 * b["target_mass"])
+    assert got["material"]["target_friction"] == pytest.approx(0.3)
+    assert got["pixels"]["agentview_pos"][0] == pytest.approx(b["agentview_pos"][0] + 0.1)
+    assert got["pixels"]["light_diffuse"] == pytest.approx(0.3 * b["light_diffuse"])
+    assert got["pixels"]["frame_mean"] < b["frame_mean"] - 5  # darker: what a pixel policy sees changed
+    assert got["pixels"]["target_pos"] == pytest.approx(b["target_pos"], abs=1e-6)  # and nothing else
+    assert got["crowded"]["names"][-1] == "milk_91"
+    assert not got["broken"]["feasible"] and got["broken"]["reasons"], got["broken"]
 
 
 def test_same_scenario_model_and_seed_give_the_same_events_in_any_process(libero_venv, catalog, tansu, tmp_path):
     """A perturbed scenario (every model-level axis) and a noisy policy: process A runs seeds 0
     then 1 in one env, process B seed 1 in a fresh one; seed 1's events are identical."""
     base = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[SOUP], horizon=40)
-    spec = lighting(material(layout(distractor(base, "milk", 0.15, 0.05), dx_m=0.02, yaw_rad=0.3), mass_scale=1.5,
+    spec = lighting(material(layout(distractor(base, "milk", 0.0, 0.0), dx_m=0.02, yaw_rad=0.3), mass_scale=1.5,
                              friction=0.5), diffuse_scale=0.8)
     request = rollout_request(spec.to_dict(), "scripted-novice", [0, 1], run_id="determinism")
     a, b = fresh_prefix(tansu), fresh_prefix(tansu)
@@ -237,3 +275,57 @@ def test_worker_serves_libero_requests_survives_a_kill_and_the_detector_reads_it
             assert not kinds & {"grasp_miss", "slip", "drop", "timeout", "excessive_force"}, (episode_id, kinds)
         else:
             assert kinds, f"a failed episode without a failure moment: {episode_id}"
+
+
+class OpenpiServer:
+    """An openpi-speaking policy server: metadata on connect, an action chunk per request; keeps
+    what it was sent."""
+
+    def __init__(self, chunk: int = 10):
+        from openpi_client import msgpack_numpy
+        from websockets.sync.server import serve
+
+        self.msgpack, self.chunk = msgpack_numpy, chunk
+        self.observations: list[dict] = []
+        self.server = serve(self._handle, "127.0.0.1", 0, compression=None, max_size=None)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        host, port = self.server.socket.getsockname()[:2]
+        self.uri = f"ws://{host}:{port}"
+
+    def _handle(self, conn) -> None:
+        conn.send(self.msgpack.packb({}))
+        for message in conn:
+            self.observations.append(self.msgpack.unpackb(message))
+            actions = np.zeros((self.chunk, 7))
+            actions[:, 2] = 0.2  # up, gripper open
+            actions[:, 6] = -1.0
+            conn.send(self.msgpack.packb({"actions": actions}))
+
+    def __enter__(self) -> OpenpiServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=5)
+
+
+def test_an_openpi_vla_gets_liberos_observation_layout(libero_venv, catalog, tansu, tmp_path):
+    spec = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[SOUP], horizon=12)
+    request = rollout_request(spec.to_dict(), "my-vla", [0], run_id="vla")
+    prefix = fresh_prefix(tansu)
+    with OpenpiServer() as server:
+        ran = run_in_libero(libero_venv, tansu, prefix, request, [0], tmp_path, servers={"my-vla": server.uri})
+    assert ran[0]["termination"] == "timeout" and ran[0]["steps"] == 12, ran
+    assert len(server.observations) == 3  # openpi's example runs 5 actions of each chunk: 5 + 5 + 2
+    obs = server.observations[0]
+    assert set(obs) == {"observation/image", "observation/wrist_image", "observation/state", "prompt"}
+    assert obs["prompt"] == "pick up the alphabet soup and place it in the basket"
+    for key in ("observation/image", "observation/wrist_image"):
+        assert obs[key].shape == (224, 224, 3) and obs[key].dtype == np.uint8 and obs[key].std() > 5
+    assert obs["observation/state"].shape == (8,)
+    # the state is eef position, axis-angle, the two finger positions; the hand rose between queries
+    assert server.observations[1]["observation/state"][2] > obs["observation/state"][2] + 0.01
+    events = consume(tansu, [f"{prefix}rollout.episodes"])
+    started = next(e for e in events if e["envelope"]["event_type"] == "EpisodeStarted")
+    assert started["model_id"] == "my-vla" and started["model_version"] == "server"
