@@ -77,6 +77,10 @@ def content(event: dict) -> dict:
 
 def test_tasks_and_scenarios_come_from_the_venvs_files(libero_venv, tmp_path):
     env = {**os.environ, "SEPA_MEMORY_DIR": str(tmp_path)}
+    stamp = libero_venv.stamp_path.read_text()
+    again = subprocess.run(CLI + ["libero", "setup"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "LIBERO ready" in again.stdout, again.stderr
+    assert libero_venv.stamp_path.read_text() == stamp  # idempotent: a ready venv is not rebuilt
     listed = subprocess.run(CLI + ["libero", "tasks", "--suite", "libero_object", "--json"], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr

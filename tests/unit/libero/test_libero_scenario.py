@@ -161,3 +161,20 @@ def test_init_states_are_read_as_numpy_and_nothing_else(tmp_path):
     broken.write_bytes(io.BytesIO(b"not a zip").getvalue())
     with pytest.raises(LiberoTaskError, match="cannot read LIBERO init states"):
         load_init_states(broken)
+
+
+def test_the_adapter_names_tasks_by_suite(tmp_path):
+    from producers.libero.adapter import LiberoAdapter
+
+    pkg = tmp_path / "libero"
+    (pkg / "benchmark").mkdir(parents=True)
+    (pkg / "benchmark" / "libero_suite_task_map.py").write_text(f"libero_task_map = {{'libero_object': ['{TASK}']}}\n")
+    (pkg / "bddl_files" / "libero_object").mkdir(parents=True)
+    (pkg / "bddl_files" / "libero_object" / f"{TASK}.bddl").write_text(
+        "(define (problem P) (:objects ketchup_1 - ketchup) (:goal (And (In ketchup_1 basket_1_contain_region))))")
+    adapter = LiberoAdapter(TaskCatalog(pkg))
+    assert adapter.tasks() == [f"libero_object/{TASK}"]
+    record = adapter.base_scenario(f"libero_object/{TASK}", 100)
+    assert record["benchmark"] == "libero" and record["horizon"] == 100 and record["suite"] == "libero_object"
+    with pytest.raises(LiberoTaskError, match="<suite>/<task name>"):
+        adapter.base_scenario(TASK)
