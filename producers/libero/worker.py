@@ -14,6 +14,10 @@ worker killed mid-request serves it again on restart: same scenario, model and s
 same events under the same ids (the episode id comes from the request id, not the wall clock),
 and the evidence log counts each once.
 
+Keyframes: every episode ends with a final keyframe (``keyframe_every`` 0, as RolloutRequested
+defines it) and ``keyframe_every`` > 0 adds one every that many steps; frames are rendered only
+then (a LIBERO step with cameras costs 10x one without), stored by content under the keyframe root.
+
 Pool processes keep their envs (ENV_CACHE_SIZE, least recently used dropped; a LIBERO env takes
 3-20 s to build) and one producer, made by the ``producer_factory`` the edge passes (a picklable
 callable: pool processes are spawned).
@@ -180,19 +184,19 @@ def run_seeds(request: dict, seeds: list[int], keyframe_root: str,
         raise RuntimeError("run_seeds runs in a LiberoPool process (its initializer makes the publisher)")
     model = models[request["model_id"]]
     scenario = LiberoScenario.from_dict(request["scenario"])
-    keyframe_every = request["keyframe_every"]
+    keyframe_every = request["keyframe_every"]  # 0 = the final keyframe only (RolloutRequested's contract)
     keyframes = KeyframeStore(Path(keyframe_root))
     summaries = []
     try:
         for seed in seeds:
-            env = _cached_env(scenario, keyframe_every > 0)
+            env = _cached_env(scenario, True)
             identity = episode_identity(request, scenario, model, seed, _simulator)
             summary = record_episode(env, model.make_policy(), _publisher, identity, seed, keyframes, keyframe_every)
             if summary.termination == "env_error":  # do not reuse an env whose simulation raised
-                _drop_env(scenario, keyframe_every > 0)
+                _drop_env(scenario, True)
             summaries.append(summary)
     except BaseException:
-        _drop_env(scenario, keyframe_every > 0)
+        _drop_env(scenario, True)
         raise
     _publisher.flush()
     return summaries

@@ -119,6 +119,7 @@ def run_in_libero(venv: LiberoVenv, bootstrap: str, prefix: str, request: dict, 
                      prefix)
 
 
+@pytest.mark.slow  # six LIBERO envs and six oracle episodes: ~1 min on 2 cores
 def test_perturbations_are_applied_and_the_feasibility_check_tells_a_broken_scene(libero_venv, catalog, tmp_path):
     base = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[SOUP], horizon=200)
     specs = {"base": base,
@@ -253,6 +254,9 @@ def test_worker_serves_libero_requests_survives_a_kill_and_the_detector_reads_it
     assert not [e for e in events if e["envelope"]["event_type"] == "DeadLetter"]
     assert all(e["benchmark"] == "libero" and e["scenario"]["benchmark"] == "libero" for e in started.values())
     assert sum(e["success"] for e in ended.values()) >= 5  # the oracle (each seed is another init state)
+    keyframes = tmp_path / "mem" / "keyframes"  # keyframe_every 0: the final keyframe only
+    assert all((keyframes / e["final_keyframe_sha256"][:2] / f"{e['final_keyframe_sha256']}.png").exists()
+               for e in ended.values())
 
     # the evidence store counts each episode once, though the killed run's episodes were re-published
     EvidenceSink(store, tansu, prefix, 6000, group_id=f"sink-{prefix}").run(threading.Event(), idle_exit_s=4)
