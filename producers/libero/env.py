@@ -30,8 +30,8 @@ object argument of the task's goal predicate and comes first in ``object_poses``
 objects of interest, then every other movable object, then distractors. Contact groups:
 "gripper" (the gripper's bodies), "robot" (the arm and its mount), "table" (the floor, the table,
 every fixture and the world) and one group per movable object, by instance name.
-``goal_distance`` for ``(In obj region)``: the distance (m) from the target's centre to the
-region's box as LIBERO's ``in_box`` tests it (0 inside); for ``(On obj other)``: how far the
+``goal_distance`` for ``(In obj region)`` (and ``(On obj region)``): the distance (m) from the
+target's centre to the region's box as LIBERO's ``in_box`` tests it (0 inside); for ``(On obj other)``: how far the
 target still is from resting over the other's centre (horizontal excess over LIBERO's 3 cm,
 plus height below it); other goals: 0 when LIBERO's check holds, else the hand's distance to the
 target.
@@ -137,7 +137,7 @@ def _xrot_wxyz(angle: float) -> np.ndarray:
 class _Obj:
     name: str
     body: int
-    qpos: int  # free joint: qpos[adr:adr+3] position, [adr+3:adr+7] wxyz
+    qpos: int  # free joint: qpos[adr:adr+3] position, [adr+3:adr+7] wxyz; -1: a fixture (no free joint)
     qvel: int
 
 
@@ -282,19 +282,32 @@ class LiberoEnv:
             raise LiberoEnvError(f"object {name!r} of {self.spec.task} has no free joint")
         return _Obj(name, body, int(m.jnt_qposadr[jnt]), int(m.jnt_dofadr[jnt]))
 
+    def _fixture(self, name: str) -> _Obj:
+        """The fixture a goal names directly or through one of its regions (no free joint)."""
+        raw = self.raw
+        site = raw.object_sites_dict.get(name)
+        owner = getattr(site, "parent_name", None) if site is not None else name
+        if owner not in raw.obj_body_id:
+            raise LiberoEnvError(f"the goal's target {name!r} of {self.spec.task} is neither an object nor a "
+                                 f"fixture's region")
+        return _Obj(owner, int(raw.obj_body_id[owner]), -1, -1)
+
     def _index_model(self) -> None:
         raw, m = self.raw, self.model
         info = self.info
         self.target = info.target
         movable = list(raw.objects_dict)
-        if self.target not in movable:
-            raise LiberoEnvError(f"the goal's target {self.target!r} of {self.spec.task} is not a movable object")
         distractor_names = [distractor_name(c, i) for i, (c, *_rest) in enumerate(self._distractors)]
         task_objects = [n for n in movable if n not in distractor_names]
+        if self.target in movable:
+            first = self._free_object(self.target, raw.objects_dict[self.target].root_body)
+        else:  # an articulated goal (open a drawer, turn on a stove): the fixture that holds it
+            first = self._fixture(self.target)
+            self.target = first.name
         interest = [n for n in info.obj_of_interest if n in task_objects and n != self.target]
-        order = [self.target, *interest, *[n for n in task_objects if n != self.target and n not in interest],
-                 *distractor_names]
-        self._objs = [self._free_object(n, raw.objects_dict[n].root_body) for n in order]
+        order = [*interest, *[n for n in task_objects if n != self.target and n not in interest], *distractor_names]
+        self._objs = [first, *[self._free_object(n, raw.objects_dict[n].root_body) for n in order]]
+        order = [first.name, *order]
         self._by_name = {o.name: o for o in self._objs}
         self.object_names = tuple(order)
         robot = raw.robots[0]
@@ -333,12 +346,27 @@ class LiberoEnv:
         # the goal
         goal = info.goal[0] if info.goal else ()
         self._goal_kind, self._goal_site, self._goal_other = "other", None, None
-        if len(goal) == 3 and goal[0] == "in" and goal[2] in raw.object_sites_dict:
+        site_half = self._site_half(goal[2]) if len(goal) == 3 and goal[2] in raw.object_sites_dict else None
+        if goal[:1] in (("in",), ("on",)) and site_half is not None:
+            # In a region, or On a region (a stove's cook region): the region's box
             self._goal_kind, self._goal_site = "in", goal[2]
             self._goal_site_id = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, goal[2])
-            self._goal_half = np.abs(np.asarray(raw.object_sites_dict[goal[2]].size, dtype=float))
+            self._goal_half = site_half
         elif len(goal) == 3 and goal[0] == "on" and goal[2] in raw.obj_body_id:
             self._goal_kind, self._goal_other = "on", int(raw.obj_body_id[goal[2]])
+
+    def _site_half(self, name: str) -> np.ndarray | None:
+        """Half extents (3) of a LIBERO region site, or None when it has no box size."""
+        size = getattr(self.raw.object_sites_dict[name], "size", None)
+        if isinstance(size, str):
+            size = size.split()
+        try:
+            half = np.abs(np.asarray(size, dtype=float)).ravel()
+        except (TypeError, ValueError):
+            return None
+        if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, name) < 0:
+            return None
+        return half if half.shape == (3,) else None
 
     def _save_model_defaults(self) -> None:
         m = self.model
@@ -437,6 +465,9 @@ class LiberoEnv:
             if p.axis != "layout":
                 continue
             obj = self._obj_for(p.subject)
+            if obj.qpos < 0:
+                raise LiberoScenarioError(f"scenario {self.spec.scenario_id}: {obj.name} is a fixture; layout "
+                                          f"perturbations move movable objects only")
             if p.parameter == "dx_m":
                 d.qpos[obj.qpos] += v
             elif p.parameter == "dy_m":
@@ -654,7 +685,7 @@ class LiberoEnv:
     def object_speeds(self) -> dict[str, float]:
         """Linear speed (m/s) of every object's free joint."""
         d = self.data
-        return {o.name: float(np.linalg.norm(d.qvel[o.qvel:o.qvel + 3])) for o in self._objs}
+        return {o.name: float(np.linalg.norm(d.qvel[o.qvel:o.qvel + 3])) for o in self._objs if o.qvel >= 0}
 
     def penetrations(self) -> list[tuple[str, str, float]]:
         """Contacts between objects (or an object and the table) deeper than 0: (a, b, depth m)."""
