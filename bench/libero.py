@@ -5,9 +5,11 @@ Prints, from one run (libero_object, embedded Tansu broker started here, the LIB
 `sepa-eval libero setup` built):
   1. per-step time of the bare loop (the oracle + LiberoEnv.step + the signals the oracle reads)
      and of the same loop instrumented (each step recorded: Step events built, Avro-encoded and
-     published in the recorder's batches, EpisodeStarted/EpisodeEnded with execution quality),
-     side by side on the same seeds in pairs run back to back, alternating which runs first: the
-     median overhead ratio with its quartiles, and the time inside the recorder per step;
+     published in the recorder's batches, EpisodeStarted/EpisodeEnded with execution quality,
+     the producer flushed), side by side on the same seeds in pairs run back to back, alternating
+     which runs first: the median overhead ratio with its quartiles in wall time and in the
+     process's CPU time (what the work costs, whatever else the machine runs), and the time
+     inside the recorder per step;
      and the cost of signals() alone (a VLA reads images, not signals: for it they are
      instrumentation too);
   2. steps/s published by the LIBERO worker (infra/libero_worker.py) with 2 pool processes,
@@ -33,6 +35,8 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# This file is bench/libero.py: with bench/ on the path, `import libero` would find it, not LIBERO.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 
 LOOP_STEPS = 150  # steps per timed loop: the oracle's episodes take 110-190 steps
@@ -52,7 +56,7 @@ def inner_overhead(bootstrap: str, prefix: str, task: int, pairs: int) -> dict:
     env = LiberoEnv(spec, catalog)
     publisher = Publisher(make_producer(bootstrap), prefix)
 
-    def loop(seed: int, record: bool) -> tuple[float, float]:
+    def loop(seed: int, record: bool) -> tuple[float, float, float]:
         obs = env.reset(seed)
         signals = env.signals()
         policy = ScriptedPickPlace()
@@ -64,7 +68,7 @@ def inner_overhead(bootstrap: str, prefix: str, task: int, pairs: int) -> dict:
             rec = EpisodeRecorder(publisher, ident)
             rec.start()
         inside = 0.0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(LOOP_STEPS):
             action = policy.act(obs, signals)
             obs, reward, _, info = env.step(action)
@@ -77,19 +81,20 @@ def inner_overhead(bootstrap: str, prefix: str, task: int, pairs: int) -> dict:
             r0 = time.perf_counter()
             rec.end(info["success"], "success" if info["success"] else "timeout")
             inside += time.perf_counter() - r0
-        elapsed = time.perf_counter() - t0
         if rec is not None:
-            publisher.flush()
-        return elapsed / LOOP_STEPS, inside / LOOP_STEPS
+            publisher.flush()  # the producer's work on this episode's events counts too
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return elapsed / LOOP_STEPS, inside / LOOP_STEPS, cpu / LOOP_STEPS
 
     loop(0, True)  # warm: numba-free, but the first episode fills caches and the producer connects
-    ratios, bare_s, inst_s, inside_s = [], [], [], []
+    ratios, cpu_ratios, bare_s, inst_s, inside_s = [], [], [], [], []
     for i in range(pairs):
         seed = i + 1
         order = (False, True) if i % 2 == 0 else (True, False)
         got = {rec: loop(seed, rec) for rec in order}
         bare, inst = got[False][0], got[True][0]
         ratios.append(inst / bare - 1.0)
+        cpu_ratios.append(got[True][2] / got[False][2] - 1.0)
         bare_s.append(bare)
         inst_s.append(inst)
         inside_s.append(got[True][1])
@@ -100,7 +105,9 @@ def inner_overhead(bootstrap: str, prefix: str, task: int, pairs: int) -> dict:
     signals_ms = (time.perf_counter() - t0) / 200 * 1000
     env.close()
     q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
-    return {"pairs": pairs, "bare_ms": statistics.median(bare_s) * 1000,
+    qc = statistics.quantiles(cpu_ratios, n=4) if len(cpu_ratios) >= 2 else [cpu_ratios[0]] * 3
+    return {"cpu_overhead_median": statistics.median(cpu_ratios), "cpu_overhead_q1": qc[0], "cpu_overhead_q3": qc[2],
+            "pairs": pairs, "bare_ms": statistics.median(bare_s) * 1000,
             "instrumented_ms": statistics.median(inst_s) * 1000,
             "overhead_median": statistics.median(ratios), "overhead_q1": q[0], "overhead_q3": q[2],
             "recorder_ms_per_step": statistics.median(inside_s) * 1000, "signals_ms": signals_ms,
@@ -177,6 +184,9 @@ def main() -> int:
         print(f"   instrumented (recorder, Step batches to Tansu): {o['instrumented_ms']:.2f} ms/step")
         print(f"   overhead: median {100 * o['overhead_median']:+.1f}% (quartiles {100 * o['overhead_q1']:+.1f}% .. "
               f"{100 * o['overhead_q3']:+.1f}%) over {o['pairs']} paired runs of {LOOP_STEPS} steps")
+        print(f"   overhead in CPU time (the process's, librdkafka's threads included): median "
+              f"{100 * o['cpu_overhead_median']:+.1f}% (quartiles {100 * o['cpu_overhead_q1']:+.1f}% .. "
+              f"{100 * o['cpu_overhead_q3']:+.1f}%)")
         print(f"   inside the recorder: {o['recorder_ms_per_step']:.3f} ms/step "
               f"({100 * o['recorder_ms_per_step'] / o['bare_ms']:.1f}% of a bare step); "
               f"signals(): {o['signals_ms']:.3f} ms")
