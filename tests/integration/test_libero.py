@@ -101,6 +101,20 @@ def test_tasks_and_scenarios_come_from_the_venvs_files(libero_venv, tmp_path):
     assert bad.returncode == 1 and "layout takes the parameters" in bad.stderr
 
 
+def test_the_cli_publishes_a_libero_rollout_request(libero_venv, tansu, tmp_path):
+    prefix = fresh_prefix(tansu)
+    env = {**os.environ, "SEPA_MEMORY_DIR": str(tmp_path), "SEPA_BOOTSTRAP_SERVERS": tansu,
+           "SEPA_TOPIC_PREFIX": prefix}
+    done = subprocess.run(CLI + ["libero", "request", "--suite", "libero_object", "--task", "7", "--model", "oracle",
+                                 "--episodes", "3", "--seed", "10"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [request] = consume(tansu, [f"{prefix}rollout.requests"])
+    assert request["seeds"] == [10, 11, 12] and request["model_id"] == "oracle"
+    scenario = request["scenario"]
+    assert scenario["benchmark"] == "libero" and scenario["env_name"].startswith("pick_up_the_milk")
+
+
 def in_libero(venv: LiberoVenv, args: list[str], tmp_path: Path, bootstrap: str = "unused:0",
               prefix: str = "unused.") -> list[dict]:
     settings = load_settings(environ={}, memory_dir=tmp_path, bootstrap_servers=bootstrap, topic_prefix=prefix)
