@@ -402,6 +402,21 @@ class LiberoEnv:
                                       f"{self.spec.task} (objects: {list(self.object_names)})")
         return self._by_name[name]
 
+    def _restore_model(self) -> None:
+        """The compiled model as built: every field a perturbation edits back at its default."""
+        m, o = self.model, self._orig
+        m.geom_friction[:] = o["geom_friction"]
+        m.geom_priority[:] = o["geom_priority"]
+        changed_mass = not np.array_equal(m.body_mass, o["body_mass"])
+        m.body_mass[:] = o["body_mass"]
+        m.body_inertia[:] = o["body_inertia"]
+        if changed_mass:
+            mujoco.mj_setConst(m, mujoco.MjData(m))
+        m.mat_rgba[:] = o["mat_rgba"]
+        m.geom_rgba[:] = o["geom_rgba"]
+        m.cam_pos[:], m.cam_quat[:] = o["cam_pos"], o["cam_quat"]
+        m.light_pos[:], m.light_diffuse[:], m.light_ambient[:] = o["light_pos"], o["light_diffuse"], o["light_ambient"]
+
     def _apply_model_edits(self, friction: bool = True) -> None:
         """Materials, mass, cameras and lights from the perturbations, set on the compiled model
         from its saved defaults (idempotent). ``friction=False`` leaves the frictions (and geom
@@ -409,14 +424,7 @@ class LiberoEnv:
         stored init states sink objects ~2 cm into the floor, and with the object's own contact
         parameters (what a higher geom priority selects) the solver throws them out violently."""
         m, o = self.model, self._orig
-        m.geom_friction[:] = o["geom_friction"]
-        m.geom_priority[:] = o["geom_priority"]
-        m.body_mass[:] = o["body_mass"]
-        m.body_inertia[:] = o["body_inertia"]
-        m.mat_rgba[:] = o["mat_rgba"]
-        m.geom_rgba[:] = o["geom_rgba"]
-        m.cam_pos[:], m.cam_quat[:] = o["cam_pos"], o["cam_quat"]
-        m.light_pos[:], m.light_diffuse[:], m.light_ambient[:] = o["light_pos"], o["light_diffuse"], o["light_ambient"]
+        self._restore_model()
         mass_changed = False
         for p, v in self._perturb.items():
             if p.axis == "material":
@@ -492,6 +500,10 @@ class LiberoEnv:
         wrapper, raw = self._wrapper, self.raw
         state = self._init_states[self.spec.init_state_for(int(seed))]
         try:
+            # LIBERO's reset computes with the model as it is: the last episode's edits must not be
+            # part of it, or an episode would depend on the one before it (a floating-point trace
+            # of it survives into the solver's state and grows over the episode)
+            self._restore_model()
             np.random.seed(int(seed))  # LIBERO's placement samplers draw from numpy's global generator
             wrapper.reset()
             self._apply_model_edits(friction=False)
