@@ -35,3 +35,7 @@ class WaitTimeout(InfraError):
 
 class RequestRefused(InfraError):
     """A rollout worker dead-lettered a request a command waits on; carries its reason."""
+
+
+class LiberoSetupError(InfraError):
+    """The LIBERO venv could not be built, or is not (completely) set up."""

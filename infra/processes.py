@@ -59,6 +59,7 @@ ROLLOUT = Child("rollout", "rollout worker", "rollout-worker")
 CRITICS = Child("critics", "critics", "critics")
 CHILDREN = (PIPELINE, STREAMS, ROLLOUT, CRITICS)
 BROKER_MARKER = "tansu"
+LIBERO_MARKER = "infra.libero_worker"
 
 
 def ready_path(settings: Settings, name: str, pid: int) -> Path:
@@ -98,6 +99,7 @@ class RunState:
     streams_web: str | None = None  # its faust web server, when the settings turn it on
     rollout_pid: int | None = None  # serves rollout.requests
     critics_pid: int | None = None  # validates candidates (robustness, safety, semantic)
+    libero_pid: int | None = None  # serves LIBERO's rollout requests, in the LIBERO venv (when set up)
 
     @classmethod
     def read(cls, settings: Settings) -> RunState:
@@ -246,6 +248,13 @@ def up(settings: Settings) -> UpResult:
                 if STREAMS in phase:
                     state.streams_web = ready[STREAMS.name].get("web")
                 state.write(settings)
+            if settings.libero_worker and not is_running(state.libero_pid, LIBERO_MARKER):
+                from infra.libero_worker import start_libero_worker
+
+                state.libero_pid = start_libero_worker(settings, bootstrap, wait=False)
+                if state.libero_pid is not None:
+                    started.append(("LIBERO worker (starting)", state.libero_pid))
+                state.write(settings)
         except BaseException:
             _stop_started(settings, state, started)
             raise
@@ -379,6 +388,11 @@ def down(settings: Settings) -> list[str]:
         state = RunState.read(settings)
         stopped = []
         # The consumers first: they commit their last batch while the broker is still there.
+        if is_running(state.libero_pid, LIBERO_MARKER):
+            from infra.libero_worker import stop_libero_worker
+
+            stop_libero_worker(state.libero_pid)
+            stopped.append(f"LIBERO worker (pid {state.libero_pid})")
         for child in (CRITICS, STREAMS, ROLLOUT, PIPELINE):
             if state.alive(child):
                 stop_child(state.pid_of(child))
@@ -430,4 +444,5 @@ def process_status(settings: Settings, state: RunState) -> dict:
             "streams": {"pid": state.streams_pid if state.streams_alive else None,
                         "web": state.streams_web if state.streams_alive else None},
             "rollout_worker": {"pid": state.rollout_pid if state.rollout_alive else None},
-            "critics": {"pid": state.critics_pid if state.alive(CRITICS) else None}}
+            "critics": {"pid": state.critics_pid if state.alive(CRITICS) else None},
+            "libero_worker": {"pid": state.libero_pid if is_running(state.libero_pid, LIBERO_MARKER) else None}}

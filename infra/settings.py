@@ -39,6 +39,7 @@ class Settings(BaseModel):
     # `up` waits this long for each child (pipeline, streams worker, rollout worker) to say it is ready.
     ready_timeout_s: float = Field(180.0, gt=0, description="how long `up` waits for its processes to be ready")
     rollout_processes: int = Field(2, ge=1, description="simulator processes of the rollout worker `up` starts")
+    libero_worker: bool = Field(True, description="`up` also starts the LIBERO worker when its venv is set up")
     # faust's HTTP stats server: off unless asked for; on, it binds 127.0.0.1 (never faust's 0.0.0.0:6066).
     streams_web: bool = Field(False, description="the streams worker's faust web server, on 127.0.0.1")
     streams_web_port: int = Field(0, ge=0, le=65535, description="its port when on; 0 = a free port")

@@ -21,6 +21,7 @@ codec travels to the pool's processes with each task, so a Schema Registry's ids
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import multiprocessing
@@ -38,7 +39,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from producers.adapters import adapter_for
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
-from producers.recorder import EpisodeIdentity, EpisodeRecorder
+from producers.recorder import EpisodeIdentity, EpisodeRecorder, simulator_versions
 from producers.sim.models import ModelConfig, load_models
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
@@ -130,6 +131,12 @@ def cache_info() -> tuple[int, list[tuple[str, bool]]]:
     return os.getpid(), list(_envs)
 
 
+@functools.cache
+def _simulator() -> str:
+    """What every episode of this process ran on (EpisodeStarted.simulator)."""
+    return simulator_versions("robosuite", "mujoco")
+
+
 def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, seeds: list[int],
               keyframe_root: str, models_path: str | None = None) -> list[EpisodeSummary]:
     """One process's share of a request, published (framed by ``codec``) and acknowledged before it
@@ -151,7 +158,7 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
             identity = EpisodeIdentity(run_id=request["envelope"]["run_id"], benchmark=adapter.name,
                                        task=scenario["env_name"], scenario=scenario, model_id=model.model_id,
                                        model_version=model.version, seed=seed, request_id=request["request_id"],
-                                       producer=PRODUCER)
+                                       producer=PRODUCER, simulator=_simulator())
             episode = Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every)
             with EpisodeRecorder(publisher, identity, keyframes) as recorder:
                 for record in episode:
@@ -209,16 +216,28 @@ class RolloutPool:
         self.executor.shutdown()
 
 
+def serves(request: dict, benchmarks: tuple[str, ...]) -> bool:
+    """Whether a worker for these benchmarks serves this request (a scenario without a benchmark
+    is a robosuite one, as the Avro default says)."""
+    return request.get("scenario", {}).get("benchmark", "robosuite") in benchmarks
+
+
 class RolloutWorker:
     """Serves rollout.requests: one request at a time, committed after its episodes are published.
 
+    Requests of another benchmark (LIBERO: its own worker in its own venv and consumer group,
+    producers/libero/worker.py) are skipped and committed, not dead-lettered.
+
     ``consumer`` is a built confluent-kafka Consumer in group GROUP_ID with auto-commit off and a
     poll interval of at least MAX_POLL_INTERVAL_MS; ``publisher`` carries its dead letters."""
+
+    benchmarks = ("robosuite",)
 
     def __init__(self, pool: RolloutPool, consumer: Consumer, publisher: Publisher, codec: Codec):
         self.pool, self.consumer, self.publisher, self.codec = pool, consumer, publisher, codec
         self.topic = BY_NAME["rollout.requests"].full_name(publisher.prefix)
         self.served = 0
+        self.skipped = 0
 
     def run(self, stop: threading.Event, on_assigned: Callable[[], None] | None = None) -> None:
         """Serves until ``stop`` is set. ``on_assigned`` is called once, when the group first gave this
@@ -238,9 +257,12 @@ class RolloutWorker:
                     continue
                 try:
                     request = self.codec.decode(msg.value())
-                    summaries = self.pool.run(request)
-                    log.info("request %s: %d episodes, %d successes", request["request_id"], len(summaries),
-                             sum(s.success for s in summaries))
+                    if serves(request, self.benchmarks):
+                        summaries = self.pool.run(request)
+                        log.info("request %s: %d episodes, %d successes", request["request_id"], len(summaries),
+                                 sum(s.success for s in summaries))
+                    else:
+                        self.skipped += 1
                 except (SchemaError, KeyError, ValueError) as exc:
                     self._dead_letter(msg, f"{type(exc).__name__}: {exc}")
                 self.consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],

@@ -94,4 +94,4 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-from infra.cli import events, loop, read, stack  # noqa: E402,F401  (registers the commands)
+from infra.cli import events, libero, loop, read, stack  # noqa: E402,F401  (registers the commands)

@@ -76,7 +76,8 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     for key, label, what in (("pipeline", "pipeline", f"store {report['pipeline']['store']}"),
                              ("streams", "streams ", "failure detector + clusterer"),
                              ("rollout_worker", "rollout ", "serves rollout.requests"),
-                             ("critics", "critics ", "validates candidates")):
+                             ("critics", "critics ", "validates candidates"),
+                             ("libero_worker", "libero  ", "serves LIBERO's rollout requests (when set up)")):
         pid = report[key]["pid"]
         console.print(f"{label} {f'[green]pid {pid}[/green]' if pid else '[red]not running[/red]'}  {escape(what)}")
     if "error" in report["evidence"]:

@@ -1,0 +1,302 @@
+"""The LIBERO rollout worker: serves rollout.requests for LIBERO scenarios, in the LIBERO venv.
+
+    pool = LiberoPool(producer_factory, prefix, keyframe_root, processes=2, models=models)
+    worker = LiberoWorker(consumer, publisher, codec, pool)   # clients built at the edge
+    worker.run(stop)                                           # infra/libero_worker.py does all this
+
+A request whose scenario is not a LIBERO scenario is skipped and committed (the robosuite worker,
+in its own consumer group, serves it); a LIBERO request with a bad scenario or an unknown model is
+dead-lettered with the reason; every other request's seeds run in the pool, one task per seed,
+each episode recorded through producers.recorder (EpisodeStarted, Step batches, EpisodeEnded with
+its execution quality) exactly as the robosuite worker records its own. The request's offset is
+committed only after every episode of it was published and acknowledged by the broker, so a
+worker killed mid-request serves it again on restart: same scenario, model and seed give the
+same events under the same ids (the episode id comes from the request id, not the wall clock),
+and the evidence log counts each once.
+
+Keyframes: every episode ends with a final keyframe (``keyframe_every`` 0, as RolloutRequested
+defines it) and ``keyframe_every`` > 0 adds one every that many steps; frames are rendered only
+then (a LIBERO step with cameras costs 10x one without), stored by content under the keyframe root.
+
+Pool processes keep their envs (ENV_CACHE_SIZE, least recently used dropped; a LIBERO env takes
+3-20 s to build) and one producer, made by the ``producer_factory`` the edge passes (a picklable
+callable: pool processes are spawned).
+
+Models: the scripted ones of the model registry (producers/sim/configs/models.yaml: the oracle
+and the graded scripted-*), as LIBERO pick-and-place policies with the same Skill, and openpi
+policy servers by model id (``policy_servers``: model_id -> ws:// URI).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from producers.keyframes import KeyframeStore
+from producers.libero.exceptions import LiberoError
+from producers.libero.scenario import LiberoScenario, is_libero
+from producers.publisher import Publisher
+from producers.recorder import EpisodeIdentity, EpisodeRecorder
+from schemas.events import dead_letter
+from schemas.exceptions import SchemaError
+
+log = logging.getLogger(__name__)
+PRODUCER = "libero-worker"
+GROUP_ID = "sepa-libero-workers"
+ENV_CACHE_SIZE = 3
+WARM_TIMEOUT_S = 600.0
+OPENPI_VERSION = "server"  # model_version of an openpi policy server (the server names its checkpoint)
+
+
+@dataclass(frozen=True)
+class LiberoModel:
+    """A model this worker can run: scripted (a Skill) or an openpi server (a URI)."""
+
+    model_id: str
+    version: str
+    kind: str  # "oracle", "scripted" or "openpi"
+    skill: Any = None
+    uri: str | None = None
+
+    def make_policy(self) -> Any:
+        from producers.libero.policies import OpenpiLiberoPolicy, ScriptedPickPlace
+
+        if self.kind == "openpi":
+            return OpenpiLiberoPolicy(self.uri, name=self.model_id)
+        return ScriptedPickPlace(self.skill, name=self.model_id)
+
+
+def load_libero_models(models_path: str | Path | None = None,
+                       policy_servers: dict[str, str] | None = None) -> dict[str, LiberoModel]:
+    """The registry's scripted models plus the openpi servers, by model id."""
+    from producers.sim.models import load_models
+
+    models = {m.model_id: LiberoModel(m.model_id, m.version, m.kind, skill=m.skill)
+              for m in (load_models(Path(models_path)) if models_path else load_models())}
+    for model_id, uri in (policy_servers or {}).items():
+        if not uri.startswith(("ws://", "wss://")):
+            raise ValueError(f"policy server for {model_id!r} must be a ws:// or wss:// URI, got {uri!r}")
+        models[model_id] = LiberoModel(model_id, OPENPI_VERSION, "openpi", uri=uri)
+    return models
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    episode_id: str
+    seed: int
+    success: bool
+    termination: str
+    steps: int
+    error: str | None
+
+
+def episode_identity(request: dict, scenario: LiberoScenario, model: LiberoModel, seed: int,
+                     simulator: str) -> EpisodeIdentity:
+    """The recorder identity of one episode of a request. ``simulator`` (libero, robosuite and
+    mujoco versions) goes into EpisodeStarted where the recorder takes it."""
+    fields = dict(run_id=request["envelope"]["run_id"], benchmark="libero", task=scenario.task,
+                  scenario=request["scenario"], model_id=model.model_id, model_version=model.version, seed=seed,
+                  request_id=request["request_id"], producer=PRODUCER)
+    if "simulator" in getattr(EpisodeIdentity, "__dataclass_fields__", {}):
+        fields["simulator"] = simulator
+    return EpisodeIdentity(**fields)
+
+
+def record_episode(env: Any, policy: Any, publisher: Publisher, identity: EpisodeIdentity, seed: int,
+                   keyframes: KeyframeStore | None, keyframe_every: int) -> EpisodeSummary:
+    """Runs one episode and records it (the events are handed to the publisher, not yet flushed)."""
+    from producers.libero.rollout import Episode
+
+    episode = Episode(env, policy, seed, keyframe_every=keyframe_every)
+    with EpisodeRecorder(publisher, identity, keyframes) as recorder:
+        for record in episode:
+            recorder.step(record.action, record.signals, record.reward, record.success, record.keyframe)
+        out = episode.outcome
+        recorder.end(out.success, out.termination, out.error, out.final_keyframe)
+    return EpisodeSummary(identity.episode_id, seed, out.success, out.termination, out.steps, out.error)
+
+
+# -- what a pool process keeps between requests ---------------------------------------------
+
+_envs: OrderedDict[tuple[str, bool], Any] = OrderedDict()
+_publisher: Publisher | None = None
+_simulator = ""
+_warm_barrier: Any = None
+
+
+def _init_process(barrier: Any, producer_factory: Callable[[], Any], prefix: str) -> None:
+    """Pool process initializer: imports LIBERO up front and makes this process's publisher."""
+    global _warm_barrier, _publisher, _simulator
+    _warm_barrier = barrier
+    from producers.libero.env import simulator_versions
+
+    _simulator = simulator_versions()
+    _publisher = Publisher(producer_factory(), prefix)
+
+
+def _cached_env(scenario: LiberoScenario, keyframes: bool) -> Any:
+    from producers.libero.env import LiberoEnv
+
+    key = (scenario.scenario_id, keyframes)
+    env = _envs.get(key)
+    if env is None:
+        env = _envs[key] = LiberoEnv(scenario, keyframes=keyframes)
+        while len(_envs) > ENV_CACHE_SIZE:
+            _, old = _envs.popitem(last=False)
+            old.close()
+    _envs.move_to_end(key)
+    return env
+
+
+def _drop_env(scenario: LiberoScenario, keyframes: bool) -> None:
+    env = _envs.pop((scenario.scenario_id, keyframes), None)
+    if env is not None:
+        env.close()
+
+
+def warm_env(scenario_record: dict, keyframes: bool) -> int:
+    """Pool task: builds the scenario's env here, then waits until every process has."""
+    _cached_env(LiberoScenario.from_dict(scenario_record), keyframes)
+    if _warm_barrier is not None:
+        _warm_barrier.wait(WARM_TIMEOUT_S)
+    return os.getpid()
+
+
+def ping() -> int:
+    """Pool task: waits until every process runs one (each has run its initializer); the pid."""
+    if _warm_barrier is not None:
+        _warm_barrier.wait(WARM_TIMEOUT_S)
+    return os.getpid()
+
+
+def run_seeds(request: dict, seeds: list[int], keyframe_root: str,
+              models: dict[str, LiberoModel]) -> list[EpisodeSummary]:
+    """One process's share of a request, published and acknowledged before it returns."""
+    if _publisher is None:
+        raise RuntimeError("run_seeds runs in a LiberoPool process (its initializer makes the publisher)")
+    model = models[request["model_id"]]
+    scenario = LiberoScenario.from_dict(request["scenario"])
+    keyframe_every = request["keyframe_every"]  # 0 = the final keyframe only (RolloutRequested's contract)
+    keyframes = KeyframeStore(Path(keyframe_root))
+    summaries = []
+    try:
+        for seed in seeds:
+            env = _cached_env(scenario, True)
+            identity = episode_identity(request, scenario, model, seed, _simulator)
+            summary = record_episode(env, model.make_policy(), _publisher, identity, seed, keyframes, keyframe_every)
+            if summary.termination == "env_error":  # do not reuse an env whose simulation raised
+                _drop_env(scenario, True)
+            summaries.append(summary)
+    except BaseException:
+        _drop_env(scenario, True)
+        raise
+    _publisher.flush()
+    return summaries
+
+
+class LiberoPool:
+    """Spawned processes (MuJoCo and GL state do not fork) that run a request's seeds."""
+
+    def __init__(self, producer_factory: Callable[[], Any], prefix: str, keyframe_root: Path,
+                 models: dict[str, LiberoModel], processes: int = 2):
+        self.keyframe_root, self.models, self.processes = str(keyframe_root), models, processes
+        ctx = multiprocessing.get_context("spawn")
+        self.executor = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init_process,
+                                            initargs=(ctx.Barrier(processes), producer_factory, prefix))
+        for _ in range(processes):
+            self.executor.submit(os.getpid)
+
+    def ready(self) -> list[int]:
+        """Blocks until every process has imported LIBERO and made its publisher; their pids."""
+        return sorted(f.result() for f in [self.executor.submit(ping) for _ in range(self.processes)])
+
+    def warm(self, scenario_record: dict, keyframes: bool = False) -> list[int]:
+        futures = [self.executor.submit(warm_env, scenario_record, keyframes) for _ in range(self.processes)]
+        return sorted(f.result() for f in futures)
+
+    def run(self, request: dict) -> list[EpisodeSummary]:
+        """Every seed of the request, one pool task each; returns once all are acknowledged."""
+        futures = [self.executor.submit(run_seeds, request, [seed], self.keyframe_root, self.models)
+                   for seed in request["seeds"]]
+        try:
+            summaries = [s for f in futures for s in f.result()]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        return sorted(summaries, key=lambda s: s.seed)
+
+    def close(self) -> None:
+        self.executor.shutdown(cancel_futures=True)
+
+
+class LiberoWorker:
+    """Serves rollout.requests of LIBERO scenarios, one at a time, each committed after its
+    episodes are acknowledged. ``consumer`` is subscribed here to ``<prefix>rollout.requests``
+    (its group must be this worker's own, GROUP_ID by default: the robosuite workers' group
+    sees every request too)."""
+
+    def __init__(self, consumer: Any, publisher: Publisher, codec: Any, pool: LiberoPool, prefix: str,
+                 on_ready: Callable[[], None] | None = None):
+        self.consumer, self.publisher, self.codec, self.pool = consumer, publisher, codec, pool
+        self.prefix = prefix
+        self.on_ready = on_ready
+        self.served = self.skipped = self.dead_lettered = 0
+
+    def handle(self, request: dict) -> list[EpisodeSummary] | None:
+        """Runs a decoded request; None when it is not a LIBERO request. Raises ValueError or
+        KeyError (dead-lettered by run) for a bad scenario or an unknown model."""
+        if not is_libero(request.get("scenario")):
+            return None
+        LiberoScenario.from_dict(request["scenario"])  # a bad scenario is refused before any episode
+        if request["model_id"] not in self.pool.models:
+            raise KeyError(f"model {request['model_id']!r} is not known to the LIBERO worker; known: "
+                           f"{sorted(self.pool.models)}")
+        if not request["seeds"]:
+            raise ValueError(f"request {request['request_id']} has no seeds")
+        return self.pool.run(request)
+
+    def run(self, stop: threading.Event) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer.subscribe([f"{self.prefix}rollout.requests"])
+        ready = False
+        try:
+            while not stop.is_set():
+                msg = self.consumer.poll(0.5)
+                if not ready and self.consumer.assignment():
+                    ready = True
+                    if self.on_ready:
+                        self.on_ready()
+                if msg is None or msg.error():
+                    continue
+                try:
+                    summaries = self.handle(self.codec.decode(msg.value()))
+                    if summaries is None:
+                        self.skipped += 1
+                    else:
+                        self.served += 1
+                        log.info("request at %s[%d]@%d: %d episodes, %d successes", msg.topic(), msg.partition(),
+                                 msg.offset(), len(summaries), sum(s.success for s in summaries))
+                except (SchemaError, LiberoError, KeyError, ValueError) as exc:
+                    self._dead_letter(msg, f"{type(exc).__name__}: {exc}")
+                self.consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
+                                     asynchronous=False)
+        finally:
+            self.consumer.close()
+
+    def _dead_letter(self, msg: Any, reason: str) -> None:
+        log.warning("dead-letter %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason)
+        _, timestamp_ms = msg.timestamp()
+        self.publisher.publish(dead_letter(PRODUCER, "worker", msg.topic(), msg.partition(), msg.offset(), msg.key(),
+                                           msg.value(), reason, timestamp_ms))
+        self.publisher.flush()
+        self.dead_lettered += 1

@@ -1,0 +1,69 @@
+"""Run in the LIBERO venv by the LIBERO integration tests.
+
+    <libero python> tests/integration/libero_episodes.py record BOOTSTRAP PREFIX REQUEST_JSON [--server M=URI] SEED...
+        one process records a request's seeds in order, with one env for all of them (as a pool
+        process does), through the recorder to a broker; prints the episode summaries as JSON
+    <libero python> tests/integration/libero_episodes.py probe SCENARIO_JSON [SCENARIO_JSON ...]
+        what each scenario's env looks like after reset(0): the target's start pose and mass, the
+        camera and light settings, a keyframe's mean colour, the feasibility verdict on seed 0
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from producers.libero.env import LiberoEnv, simulator_versions
+from producers.libero.feasibility import check_feasibility
+from producers.libero.scenario import LiberoScenario
+from producers.libero.worker import PRODUCER, episode_identity, load_libero_models, record_episode
+
+
+def record(bootstrap: str, prefix: str, request_path: str, *rest: str) -> None:
+    from infra.kafka_clients import make_producer
+    from producers.publisher import Publisher
+
+    servers = dict(a.split("=", 1)[1].split("=", 1) for a in rest if a.startswith("--server="))
+    seeds = [int(a) for a in rest if not a.startswith("--")]
+    request = json.loads(Path(request_path).read_text())
+    spec = LiberoScenario.from_dict(request["scenario"])
+    model = load_libero_models(policy_servers=servers)[request["model_id"]]
+    publisher = Publisher(make_producer(bootstrap), prefix)
+    env = LiberoEnv(spec)
+    out = []
+    for seed in seeds:
+        identity = episode_identity(request, spec, model, seed, simulator_versions())
+        summary = record_episode(env, model.make_policy(), publisher, identity, seed, None, 0)
+        out.append({"seed": seed, "episode_id": summary.episode_id, "termination": summary.termination,
+                    "steps": summary.steps, "error": summary.error, "producer": PRODUCER})
+    publisher.flush()
+    env.close()
+    print(json.dumps(out))
+
+
+def probe(*paths: str) -> None:
+    out = []
+    for path in paths:
+        spec = LiberoScenario.from_dict(json.loads(Path(path).read_text()))
+        env = LiberoEnv(spec, keyframes=True)
+        env.reset(0)
+        m, target = env.model, env._by_name[env.target]
+        cam = m.cam_pos[[i for i in range(m.ncam) if m.camera(i).name == "agentview"][0]]
+        frame = env.render_keyframe(64)
+        start = env.signals()["object_poses"][0]
+        report = check_feasibility(spec, [0], env=env)  # runs the oracle: read the start state before
+        out.append({"scenario_id": spec.scenario_id, "names": list(env.object_names),
+                    "target_pos": start["pos"], "target_quat": start["quat"],
+                    "target_mass": float(m.body_mass[target.body]),
+                    "target_friction": float(m.geom_friction[env._obj_geoms[env.target], 0].min()),  # collision geoms
+                    "agentview_pos": cam.tolist(), "light_diffuse": float(m.light_diffuse.sum()),
+                    "frame_mean": float(np.asarray(frame, dtype=float).mean()),
+                    "feasible": report.feasible, "reasons": list(report.reasons)})
+        env.close()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    {"record": record, "probe": probe}[command](*args)

@@ -1,0 +1,64 @@
+"""The LIBERO worker's request handling and the launcher's preconditions (no LIBERO needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.libero_venv import ROOT, LiberoVenv
+from infra.libero_worker import start_libero_worker, worker_command, worker_environ
+from infra.settings import load_settings
+from producers.libero.exceptions import LiberoScenarioError
+from producers.libero.scenario import LiberoScenario
+from producers.libero.worker import LiberoModel, LiberoWorker, load_libero_models
+from producers.rollout_worker import rollout_request
+from producers.sim.policies import Skill
+from producers.sim.scenario import ScenarioSpec
+
+
+class Pool:
+    def __init__(self):
+        self.models = {"oracle": LiberoModel("oracle", "1", "oracle", skill=Skill())}
+        self.ran: list[dict] = []
+
+    def run(self, request):
+        self.ran.append(request)
+        return []
+
+
+def spec() -> LiberoScenario:
+    return LiberoScenario(suite="libero_object", env_name="pick_up_the_milk_and_place_it_in_the_basket",
+                          instruction="pick up the milk and place it in the basket", horizon=50)
+
+
+def test_requests_are_routed_validated_and_run():
+    pool = Pool()
+    worker = LiberoWorker(None, None, None, pool, "t.")
+    lift = ScenarioSpec(env_name="Lift", horizon=20, instruction="lift the cube").to_dict()
+    assert worker.handle(rollout_request(lift, "oracle", [0])) is None  # another benchmark's: skipped
+    assert worker.handle(rollout_request(spec().to_dict(), "oracle", [0, 1])) == []
+    assert len(pool.ran) == 1
+    with pytest.raises(KeyError, match="not known to the LIBERO worker"):
+        worker.handle(rollout_request(spec().to_dict(), "gpt-robot", [0]))
+    edited = {**spec().to_dict(), "horizon": 51}
+    with pytest.raises(LiberoScenarioError, match="does not match its content"):
+        worker.handle(rollout_request(edited, "oracle", [0]))
+    assert len(pool.ran) == 1
+
+
+def test_models_are_the_registrys_scripted_ones_plus_policy_servers():
+    models = load_libero_models(policy_servers={"pi0": "ws://127.0.0.1:8000"})
+    assert {"oracle", "scripted-expert", "scripted-novice", "scripted-clumsy", "pi0"} <= set(models)
+    assert models["pi0"].kind == "openpi" and models["oracle"].skill == Skill()
+    with pytest.raises(ValueError, match="ws:// or wss://"):
+        load_libero_models(policy_servers={"pi0": "http://127.0.0.1:8000"})
+
+
+def test_the_launcher_starts_nothing_without_a_libero_venv(tmp_path):
+    settings = load_settings(environ={}, memory_dir=tmp_path)
+    assert start_libero_worker(settings, "127.0.0.1:1", cache_root=tmp_path / "nothing") is None
+    venv = LiberoVenv.at(tmp_path)
+    env = worker_environ(settings, "127.0.0.1:9", venv)
+    assert env["SEPA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9" and env["LIBERO_CONFIG_PATH"] == str(venv.config_dir)
+    assert env["PYTHONPATH"] == str(ROOT)  # this checkout's code, whatever the venv has installed
+    cmd = worker_command(venv, tmp_path / "ready", 3, {"pi0": "ws://h:1"})
+    assert cmd[:3] == [str(venv.python), "-m", "infra.libero_worker"] and "pi0=ws://h:1" in cmd
