@@ -198,6 +198,20 @@ def detector_stats(log_path: Path) -> list[dict[str, int]]:
             for line in re.findall(r"failure-detector: (.*)", log_path.read_text(errors="replace"))]
 
 
+def differences(codec: Codec, want: dict[str, bytes], changed: dict[str, list[bytes]], show: int = 3) -> list:
+    """For a few changed ids: (event id, episode id, the fields whose values differ and the envelope
+    fields that do, as (expected, got))."""
+    out = []
+    for event_id, copies in list(changed.items())[:show]:
+        expected, got = codec.decode(want[event_id]), codec.decode(copies[0])
+        fields = {k: (expected.get(k), got.get(k)) for k in expected.keys() | got.keys()
+                  if k != "envelope" and expected.get(k) != got.get(k)}
+        envelope = {k: (v, got["envelope"].get(k)) for k, v in expected["envelope"].items()
+                    if got["envelope"].get(k) != v}
+        out.append((event_id, got.get("episode_id"), fields, envelope))
+    return out
+
+
 def test_two_workers_joining_and_killed_mid_stream_lose_and_duplicate_no_failure_moment(apache_kafka, tmp_path):
     broker, prefix, codec = apache_kafka, f"s{uuid.uuid4().hex[:10]}.", Codec()
     ensure_topics(broker, prefix)
@@ -272,8 +286,10 @@ def test_two_workers_joining_and_killed_mid_stream_lose_and_duplicate_no_failure
         got = reader.copies[topic]
         missing, unexpected = set(want) - set(got), set(got) - set(want)
         assert (len(missing), len(unexpected)) == (0, 0), f"{topic}: see {logs}"
-        changed = {event_id for event_id, copies in got.items() if any(copy != want[event_id] for copy in copies)}
-        assert changed == set(), f"{topic}: {len(changed)} events differ from the pure detector's; see {logs}"
+        changed = {event_id: [copy for copy in copies if copy != want[event_id]] for event_id, copies in got.items()}
+        changed = {event_id: copies for event_id, copies in changed.items() if copies}
+        assert changed == {}, (f"{topic}: {len(changed)} events differ from the pure detector's, e.g. "
+                               f"{differences(codec, want, changed)}; see {logs}")
 
     stats = {name: detector_stats(path) for name, path in logs.items()}
     assert stats["B"], f"worker B logged no detector counters; see {logs['B']}"
