@@ -3,7 +3,8 @@
 Prints, from one run:
   1. produced events/s: generate + encode + publish N step events, until the broker acked all;
   2. landed events/s: the sink draining that backlog into the store (first message to last commit);
-  3. landed / produced ratio;
+  3. the sink's CPU time per 100k events (its whole process: a figure that load on a shared
+     machine disturbs less than the rates), and the landed / produced ratio;
   4. end-to-end lag at a paced rate (default 10,000 events/s, from a separate producer process):
      p50/p99/max of ClickHouse's insert time minus the event's own time.
 
@@ -27,12 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from confluent_kafka import Consumer  # noqa: E402
+
 from consumers.evidence.sink import EvidenceSink  # noqa: E402
 from consumers.evidence.store import ClickHouseStore, migrate  # noqa: E402
-from infra.kafka_clients import ensure_topics, make_producer  # noqa: E402
+from infra.kafka_clients import consumer_config, ensure_topics, make_producer  # noqa: E402
 from infra.local_broker import local_broker  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
 from producers.synthetic import episodes  # noqa: E402
+from schemas.codec import Codec  # noqa: E402
 
 STEPS_PER_EPISODE = 500
 
@@ -96,16 +100,20 @@ def main() -> int:
         prefix = "bench."
         ensure_topics(bootstrap, prefix)
         produced_rate = produce_backlog(bootstrap, prefix, args.events)
-        sink = EvidenceSink(store, bootstrap, prefix, 6000, group_id="bench-backlog")
+        codec = Codec()
+        sink = EvidenceSink(store, Consumer(consumer_config(bootstrap, "bench-backlog", 6000)),
+                            make_producer(bootstrap), codec, prefix)
+        cpu_started = time.process_time()
         totals = sink.run(threading.Event(), idle_exit_s=3.0)
+        sink_cpu = time.process_time() - cpu_started  # this process: consumer, inserter and chDB threads
         landed = store.query("SELECT count() FROM {database}.rollout_steps FINAL")[0][0]
         landed_rate = totals.stored / (totals.last_commit_at - totals.first_message_at)
 
         lag_prefix = "lag."
         ensure_topics(bootstrap, lag_prefix)
         stop = threading.Event()
-        lag_sink = EvidenceSink(store.with_database("bench"), bootstrap, lag_prefix, 6000, group_id="bench-lag",
-                                linger_ms=50)
+        lag_sink = EvidenceSink(store, Consumer(consumer_config(bootstrap, "bench-lag", 6000)),
+                                make_producer(bootstrap), codec, lag_prefix, linger_ms=50)
         sink_thread = threading.Thread(target=lag_sink.run, args=(stop,))
         sink_thread.start()
         time.sleep(5)  # let the group join before the paced producer starts
@@ -125,6 +133,8 @@ def main() -> int:
     print(f"broker: {args.broker}   events: {args.events} steps   store: chDB")
     print(f"produced:  {produced_rate:10,.0f} events/s (generate + encode + publish, acked)")
     print(f"landed:    {landed_rate:10,.0f} events/s (sink: backlog -> ClickHouse, {landed} rows)")
+    print(f"sink CPU:  {sink_cpu * 100_000 / totals.stored:10.2f} s per 100k events (steadier than rates on a "
+          "shared machine)")
     print(f"ratio landed/produced: {landed_rate / produced_rate:.2f}")
     print(f"lag at {args.rate:,} events/s for {args.lag_seconds:.0f} s ({n_lag} events): "
           f"p50 {p50:.3f} s   p99 {p99:.3f} s   max {worst:.3f} s")

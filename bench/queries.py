@@ -1,14 +1,16 @@
 """Read-side benchmark: report, diff and status over 1,000,000 step events in a chDB store.
 
-Loads a whole evolving-loop history (registered models, 1,000,000 Step events over 2,000 episodes
-with their starts, ends, analyses and moments, failure clusters, candidates, critic verdicts and
-decisions over several benchmark versions) into a fresh chDB store, inserting Avro object
-containers through the store as the sink does. Then, in one process, times each read against a
-plain ``SELECT count()`` over the steps table in the same run, and prints the HTML report's size:
+Loads a whole evolving-loop history (registered models, one of them in two versions, 1,000,000
+Step events over 2,000 episodes with their starts, ends, analyses and moments (some recovered),
+failure clusters, candidates, critic verdicts and decisions over several benchmark versions) into a
+fresh chDB store, inserting Avro object containers through the store as the sink does. Then, in one
+process, times each read against a plain ``SELECT count()`` over the steps table in the same run,
+and prints the HTML report's size:
 
-  report   consumers.report.write_report (report.md + report.html), or today's markdown report
-  diff     consumers.diff.compare_models for the two most-run models, or today's scores per model
-  status   consumers.benchmark_state.memory_figures, or today's table_counts
+  report    consumers.report.write_report (report.md + report.html), or today's markdown report
+  diff      consumers.diff.compare_models for two models, or today's scores per model
+  versions  consumers.diff.compare_with_previous: the two-version model's latest against its previous
+  status    consumers.benchmark_state.memory_figures, or today's table_counts
 
 Each time is the best of three runs. ``SELECT count()`` alone is answered from part metadata,
 so the bench also prints the ratio to ``SELECT count() ... FINAL``, which reads every row's key
@@ -16,7 +18,8 @@ so the bench also prints the ratio to ``SELECT count() ... FINAL``, which reads 
 they exist). Finally it runs the same three as ``sepa-eval`` processes on that memory dir, so the
 figures include start-up and opening the store, as a person would see them.
 
-Targets (issue 11): each under 5 s, report.html under 5 MB.
+Targets (issue 11): each under 5 s, report.html under 5 MB. The load average is printed before
+and after: on a shared machine the wall-clock times move with it.
 
 Usage:
     nice -n 10 python bench/queries.py                 # 1,000,000 steps
@@ -57,6 +60,10 @@ TARGET_S = 5.0
 TARGET_HTML_BYTES = 5 * 1024 * 1024
 MODELS = ("oracle", "scripted-expert", "scripted-novice", "scripted-clumsy", "vla-small")
 SKILL = (0.95, 0.85, 0.6, 0.4, 0.7)
+# (model, version) arms that run: every model at version 1, and the last one's version 2 as well
+ARMS = tuple((m, "1", k) for m, k in zip(MODELS, SKILL, strict=True)) + ((MODELS[-1], "2", 0.8),)
+# share of the moments a failed episode later recovers from, and of successes that recovered from one
+RECOVERED_SHARE = 0.3
 SEEDS = 10
 STEPS_PER_EPISODE = 500
 VERSIONS = 4
@@ -130,9 +137,9 @@ def load(store: ClickHouseStore, total_steps: int, seed: int = 7) -> dict:
     rng = np.random.default_rng(seed)
     events = Events(store)
     t0 = datetime.now(UTC) - timedelta(days=3)
-    for i, model in enumerate(MODELS):
-        events.add("ModelRegistered", (model, "1"), t0, model_id=model, version="1", kind="scripted",
-                   description=f"bench model {i}")
+    for i, (model, version, _) in enumerate(ARMS):
+        events.add("ModelRegistered", (model, version), t0 + timedelta(minutes=i), model_id=model, version=version,
+                   kind="scripted", description=f"bench model {model} {version}")
 
     # Benchmark versions: the base scenarios, then each version promotes more, retires a few.
     scenarios: list[tuple[str, float]] = []  # (scenario_id, difficulty)
@@ -182,16 +189,16 @@ def load(store: ClickHouseStore, total_steps: int, seed: int = 7) -> dict:
     steps_written = 0
     while episode < n_episodes:
         for sid, difficulty in scenarios:
-            for m, model in enumerate(MODELS):
+            for model, version, skill in ARMS:
                 for seed_ in range(SEEDS):
                     if episode >= n_episodes:
                         break
                     eid = f"ep-{episode:06d}"
-                    success = bool(rng.random() < SKILL[m] * (1 - 0.5 * difficulty))
+                    success = bool(rng.random() < skill * (1 - 0.5 * difficulty))
                     started = step_time
                     events.add("EpisodeStarted", (eid,), started, episode_id=eid, benchmark="robosuite", task="Lift",
                                scenario_id=sid, scenario=spec(sid, None, None), instruction="lift the red cube",
-                               model_id=model, model_version="1", seed=seed_)
+                               model_id=model, model_version=version, seed=seed_)
                     steps_written += _steps(events, rng, eid, started)
                     ended = started + timedelta(seconds=STEPS_PER_EPISODE / 20)
                     events.add("EpisodeEnded", (eid,), ended, episode_id=eid, scenario_id=sid, model_id=model,
@@ -201,10 +208,13 @@ def load(store: ClickHouseStore, total_steps: int, seed: int = 7) -> dict:
                                         "path_efficiency": float(rng.random()),
                                         "peak_contact_force": float(rng.gamma(3.0, 5.0)),
                                         "regrasp_count": int(rng.integers(3))})
-                    moments = [] if success else [{
+                    recovered = bool(rng.random() < RECOVERED_SHARE)
+                    moments = [] if success and not recovered else [{
                         "moment_id": f"fm-{eid}", "failure_type": ("grasp_miss", "slip", "drop")[episode % 3],
-                        "step": int(rng.integers(STEPS_PER_EPISODE)), "severity": float(rng.random()),
-                        "features": {"eef_x": 0.1, "object_z": 0.82}, "recovered_step": -1, "recovery": ""}]
+                        "step": int(rng.integers(STEPS_PER_EPISODE // 2)), "severity": float(rng.random()),
+                        "features": {"eef_x": 0.1, "object_z": 0.82},
+                        "recovered_step": STEPS_PER_EPISODE - 1 if recovered else -1,
+                        "recovery": "regrasped" if recovered else ""}]
                     for mo in moments:
                         events.add("FailureMoment", (eid, mo["failure_type"], mo["step"]), ended, episode_id=eid,
                                    scenario_id=sid, model_id=model, failure_type=mo["failure_type"], step=mo["step"],
@@ -283,6 +293,13 @@ def diff_probe(store, model_a: str, model_b: str):
         s for s in scores(store) if s.model_id in (model_a, model_b)]
 
 
+def versions_probe(store, model_id: str):
+    if _has("consumers.diff", "compare_with_previous"):
+        from consumers.diff import compare_with_previous
+        return "consumers.diff.compare_with_previous", lambda: compare_with_previous(store, model_id)
+    return "not there yet: consumers.diff.compare_with_previous", lambda: None
+
+
 def status_probe(store):
     if _has("consumers.benchmark_state", "memory_figures"):
         from consumers.benchmark_state import memory_figures
@@ -314,6 +331,7 @@ def in_process(memory_dir: Path, total_steps: int) -> dict:
     rows = []
     for name, (impl, fn) in {"report": report_probe(store, out, memory_dir / "keyframes"),
                              "diff": diff_probe(store, MODELS[0], MODELS[2]),
+                             "versions": versions_probe(store, MODELS[-1]),
                              "status": status_probe(store)}.items():
         seconds, _ = _timed(fn)
         rows.append({"read": name, "implementation": impl, "seconds": seconds, "ratio": seconds / baseline_s,
@@ -333,6 +351,7 @@ def as_processes(memory_dir: Path) -> list[dict]:
     env = {**os.environ, "SEPA_MEMORY_DIR": str(memory_dir)}
     runs = [("report", ["report", "--output", str(memory_dir / "cli-report")]),
             ("diff", ["diff", MODELS[0], MODELS[2]]),
+            ("versions", ["diff", f"{MODELS[-1]}@1", MODELS[-1]]),
             ("status", ["status", "--json"])]
     out = []
     for name, args in runs:
@@ -357,6 +376,7 @@ def main() -> None:
         return
 
     memory_dir = args.keep or Path(tempfile.mkdtemp(prefix="sepa-bench-queries-"))
+    load_before = os.getloadavg()
     try:
         child = subprocess.run([sys.executable, __file__, "--phase", "in-process", "--steps", str(args.steps),
                                 "--keep", str(memory_dir)], capture_output=True, text=True, cwd=ROOT)
@@ -368,16 +388,19 @@ def main() -> None:
         if args.keep is None:
             shutil.rmtree(memory_dir, ignore_errors=True)
 
+    load_after = os.getloadavg()
     loaded = figures["loaded"]
+    print(f"load average (1, 5, 15 min) before {_load(load_before)}, after {_load(load_after)} "
+          f"on {os.cpu_count()} cores")
     print(f"loaded {figures['stored_steps']:,} step events ({loaded['episodes']:,} episodes, "
           f"{loaded['scenarios']} scenarios in {VERSIONS} benchmark versions; "
           f"{sum(loaded['events'].values()):,} events in all) in {figures['load_seconds']:.1f} s")
     print(f"baseline: SELECT count() FROM rollout_steps  {figures['baseline_seconds'] * 1000:.1f} ms "
           f"(answered from part metadata); with FINAL {figures['final_seconds'] * 1000:.1f} ms")
-    print(f"{'read':8} {'seconds':>8} {'x count()':>10} {'x FINAL':>8}  {'target':7} implementation")
+    print(f"{'read':9} {'seconds':>8} {'x count()':>10} {'x FINAL':>8}  {'target':7} implementation")
     for row in figures["reads"]:
         verdict = "ok" if row["seconds"] < TARGET_S else "OVER"
-        print(f"{row['read']:8} {row['seconds']:8.3f} {row['ratio']:10.0f} {row['ratio_final']:8.1f}  {verdict:7} "
+        print(f"{row['read']:9} {row['seconds']:8.3f} {row['ratio']:10.0f} {row['ratio_final']:8.1f}  {verdict:7} "
               f"{row['implementation']}")
     html = figures["html_bytes"]
     if html is None:
@@ -387,10 +410,14 @@ def main() -> None:
     print("as sepa-eval processes (start-up and opening the store included):")
     for run in processes:
         if run["seconds"] is None:
-            print(f"  {run['command']:8}        -  {run['note']}")
+            print(f"  {run['command']:9}        -  {run['note']}")
         else:
             verdict = ("FAILED" if run["exit"] != 0 else "ok" if run["seconds"] < TARGET_S else "OVER")
-            print(f"  {run['command']:8} {run['seconds']:7.2f} s  {verdict} {run['note']}")
+            print(f"  {run['command']:9} {run['seconds']:7.2f} s  {verdict} {run['note']}")
+
+
+def _load(figures: tuple[float, float, float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in figures)
 
 
 if __name__ == "__main__":

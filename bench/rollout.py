@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
 from infra.embedded_broker import TansuBroker  # noqa: E402
-from infra.kafka_clients import ensure_topics, make_producer  # noqa: E402
+from infra.kafka_clients import ensure_topics, make_producer, producer_config  # noqa: E402
 from producers.keyframes import KeyframeStore  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
 from producers.recorder import SIGNAL_FIELDS, EpisodeIdentity, EpisodeRecorder  # noqa: E402
@@ -236,7 +236,7 @@ def main() -> int:
         env.close()
 
         t0 = time.perf_counter()
-        pool = RolloutPool(bootstrap, prefix, Path(tmp) / "kf", args.processes)
+        pool = RolloutPool(producer_config(bootstrap), prefix, Codec(), Path(tmp) / "kf", args.processes)
         steady_spec = ScenarioSpec(env_name="Lift", horizon=POOL_HORIZON, instruction="lift the cube")
         pids = pool.warm(steady_spec.to_dict())  # spawn + imports + env build in every process: not timed
         warm_s = time.perf_counter() - t0

@@ -12,10 +12,20 @@ Every read goes through ``FINAL``, so an event delivered twice counts once whate
 
 Success semantics: an episode's ``success`` is the environment's success measured relative to the
 episode's own start and *held at the end of the episode* (not "succeeded at any step"). A trial is
-one (model, scenario, seed): rollouts are deterministic per seed, so the same seed run twice (a
-sweep episode and a validation control arm, a re-sweep) is one trial, counted once (its latest
-valid copy). Episodes that ended ``env_error`` or ``aborted`` are not the policy's doing: they are
-counted as ``invalid`` and left out of success rates.
+one (model, model version, scenario, seed, variant), the version and variant from EpisodeStarted
+(variant is empty for simulator workers; an eval farm sets it to tell policy variants or repeated
+seeds apart): rollouts are deterministic per seed, so the same seed run twice (a sweep episode and
+a validation control arm, a re-sweep) is one trial, counted once (its latest valid copy). Episodes
+that ended ``env_error`` or ``aborted`` are not the policy's doing: they are counted as ``invalid``
+and left out of success rates.
+
+Model versions are never pooled. Scores, trials and execution quality take ``model_versions``:
+``LATEST`` (the default) scores each model at its latest version (its latest ModelRegistered by
+event time; a model never registered: the version of its latest started episode), ``ALL_VERSIONS``
+keeps every version apart (one row per version), and a mapping ``{model_id: version}`` pins those
+models to those versions (the others stay at their latest). An episode whose EpisodeStarted is
+missing has no known version: it is a trial of its own under ``ALL_VERSIONS`` (version None) and
+belongs to no version otherwise. Paired comparisons pair trials on (seed, variant).
 
 ``derived_state`` / ``state_digest`` hash the whole derived state (tables, scores, benchmark
 versions, promotions, candidate outcomes, clusters, reviews); replaying the topics into an empty
@@ -53,6 +63,7 @@ DECISION_STATUS = {"Promoted": "promoted", "Rejected": "rejected", "Deferred": "
 
 
 ENDED = "envelope.event_type = 'EpisodeEnded'"
+STARTED = "envelope.event_type = 'EpisodeStarted'"
 
 
 # --- scope ------------------------------------------------------------------------------------
@@ -84,8 +95,10 @@ def _utc(value: datetime) -> datetime:
 # --- evidence tables --------------------------------------------------------------------------
 
 def table_counts(store: EvidenceStore) -> dict[str, int]:
-    """Events per evidence table (one table per topic), each counted once."""
-    return {t.table: int(store.query(f"SELECT count() FROM {{database}}.{t.table} FINAL")[0][0]) for t in TOPICS}
+    """Events per evidence table (one table per topic), each counted once; in catalog order."""
+    sql = " UNION ALL ".join(f"SELECT '{t.table}', count() FROM {{database}}.{t.table} FINAL" for t in TOPICS)
+    counted = dict(store.query(sql))
+    return {t.table: int(counted[t.table]) for t in TOPICS}
 
 
 def table_fingerprints(store: EvidenceStore) -> dict[str, list]:
@@ -123,8 +136,150 @@ def models(store: EvidenceStore, *, as_of: datetime | None = None) -> list[Regis
 
 def ranked_model_ids(store: EvidenceStore, *, as_of: datetime | None = None) -> list[str] | None:
     """Registered models that are ranked (every kind but the oracle); None when none is registered."""
-    registered = models(store, as_of=as_of)
+    return ranked_of(models(store, as_of=as_of))
+
+
+def ranked_of(registered: Sequence[RegisteredModel]) -> list[str] | None:
+    """The ranked ids among registered models (see ranked_model_ids)."""
     return [m.model_id for m in registered if m.kind != ORACLE_KIND] if registered else None
+
+
+# Which version of each model a query reads (module docstring): LATEST, ALL_VERSIONS or a mapping
+# {model_id: version} that pins those models (the others at their latest).
+LATEST = "latest"
+ALL_VERSIONS = "all"
+ModelVersions = str | Mapping[str, str]
+
+
+class UnknownModelVersion(ValueError):
+    """A model version that neither a ModelRegistered nor an EpisodeStarted names."""
+
+
+def _latest_versions_sql(params: dict, as_of: datetime | None) -> str:
+    """model_id, version: each model's latest registration by (event time, event id), ranked above
+    any episode; a model never registered: the version of its latest EpisodeStarted."""
+    registered = _where(_scope(None, as_of, params))
+    started = _where([STARTED, *_scope(None, as_of, params)])
+    return ("SELECT model_id, argMax(version, k) AS version FROM ("
+            " SELECT model_id, version, (1, envelope.event_time, envelope.event_id) AS k"
+            f" FROM {{database}}.models_registry FINAL{registered}"
+            " UNION ALL SELECT model_id, model_version, (0, envelope.event_time, envelope.event_id)"
+            f" FROM {{database}}.rollout_episodes FINAL{started}) GROUP BY model_id")
+
+
+def latest_model_versions(store: EvidenceStore, *, as_of: datetime | None = None) -> dict[str, str]:
+    """model_id -> the version scores default to (LATEST)."""
+    params: dict = {}
+    return dict(store.query(_latest_versions_sql(params, as_of) + " ORDER BY model_id", parameters=params))
+
+
+def _version_condition(params: dict, model_versions: ModelVersions, as_of: datetime | None) -> str:
+    """The condition on (model_id, model_version) a selection makes ("" for ALL_VERSIONS)."""
+    if isinstance(model_versions, str):
+        if model_versions == ALL_VERSIONS:
+            return ""
+        if model_versions != LATEST:
+            raise ValueError(f"model_versions must be {LATEST!r}, {ALL_VERSIONS!r} or a mapping "
+                             f"{{model_id: version}}, got {model_versions!r}")
+        return f"(model_id, model_version) IN ({_latest_versions_sql(params, as_of)})"
+    pinned = dict(model_versions)
+    params["pin_models"], params["pin_versions"] = list(pinned), [str(v) for v in pinned.values()]
+    return ("if(has({pin_models:Array(String)}, model_id), model_version = "
+            "arrayElement({pin_versions:Array(String)}, indexOf({pin_models:Array(String)}, model_id)), "
+            f"(model_id, model_version) IN ({_latest_versions_sql(params, as_of)}))")
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One version of a model: registered, or only seen in its episodes."""
+
+    model_id: str
+    version: str
+    kind: str | None  # its registration's kind; None: never registered
+    registered_at: datetime | None  # its latest ModelRegistered
+    first_episode_at: datetime | None  # its first EpisodeStarted
+    last_episode_at: datetime | None
+    latest: bool  # the version scores default to
+
+    @property
+    def ref(self) -> str:
+        return f"{self.model_id}@{self.version}"
+
+    @property
+    def _order(self) -> tuple:
+        # Registered versions by registration time; a version only seen in episodes by its first one.
+        return (self.registered_at or self.first_episode_at or datetime.min.replace(tzinfo=UTC), self.version)
+
+
+def model_versions(store: EvidenceStore, *, model_id: str | None = None,
+                   as_of: datetime | None = None) -> list[ModelVersion]:
+    """Every version of every model (or of ``model_id``), by model, oldest first: registered
+    versions by registration time, versions only seen in episodes by their first episode."""
+    params: dict = {}
+    conditions = _scope(None, as_of, params)
+    if model_id is not None:
+        params["model"] = model_id
+        conditions.append("model_id = {model:String}")
+    registered = store.query(
+        "SELECT model_id, version, argMax(kind, k), max(envelope.event_time) FROM (SELECT *, "
+        f"(envelope.event_time, envelope.event_id) AS k FROM {{database}}.models_registry FINAL{_where(conditions)}) "
+        "GROUP BY model_id, version", parameters=params)
+    seen = store.query(
+        "SELECT model_id, model_version, min(envelope.event_time), max(envelope.event_time) FROM "
+        f"{{database}}.rollout_episodes FINAL{_where([STARTED, *conditions])} "
+        "GROUP BY model_id, model_version", parameters=params)
+    latest = latest_model_versions(store, as_of=as_of)
+    found: dict[tuple[str, str], list] = {}
+    for m, v, kind, at in registered:
+        found[(m, v)] = [kind, _utc(at), None, None]
+    for m, v, first, last in seen:
+        found.setdefault((m, v), [None, None, None, None])[2:] = [_utc(first), _utc(last)]
+    out = [ModelVersion(m, v, kind, at, first, last, latest.get(m) == v)
+           for (m, v), (kind, at, first, last) in found.items()]
+    return sorted(out, key=lambda mv: (mv.model_id, mv._order))
+
+
+def evaluated_versions(store: EvidenceStore, *, run_id: str | None = None,
+                       as_of: datetime | None = None) -> dict[str, str]:
+    """model_id -> the newest version with trials in the scope: its latest version (LATEST) when
+    that has trials, else its most recent one that has (in ``model_versions`` order). What a view
+    of a run, or of a log where a new version is registered but not yet run, shows each model at."""
+    with_trials: dict[str, set[str]] = defaultdict(set)
+    for s in scores(store, model_versions=ALL_VERSIONS, run_id=run_id, as_of=as_of):
+        if s.model_version is not None:
+            with_trials[s.model_id].add(s.model_version)
+    if not with_trials:
+        return {}
+    out = {}
+    order = defaultdict(list)
+    for v in model_versions(store, as_of=as_of):
+        order[v.model_id].append(v)
+    for model_id, versions in sorted(with_trials.items()):
+        latest = next((v.version for v in order[model_id] if v.latest), None)
+        out[model_id] = latest if latest in versions else next(
+            v.version for v in reversed(order[model_id]) if v.version in versions)
+    return out
+
+
+def previous_model_version(store: EvidenceStore, model_id: str, *, version: str | None = None,
+                           scenario_ids: Sequence[str] | None = None, run_id: str | None = None,
+                           as_of: datetime | None = None) -> ModelVersion | None:
+    """The version of ``model_id`` before ``version`` (default: its latest) that has valid trials on
+    any of ``scenario_ids`` (None: on any scenario), the nearest such one in ``model_versions``
+    order: what a new version is compared against. None when no earlier version has trials there.
+    Raises UnknownModelVersion for a model or a version the log does not name."""
+    known = model_versions(store, model_id=model_id, as_of=as_of)
+    if not known:
+        raise UnknownModelVersion(f"model {model_id!r} is neither registered nor has episodes in the evidence log")
+    target = version if version is not None else next((v.version for v in known if v.latest), known[-1].version)
+    position = next((i for i, v in enumerate(known) if v.version == target), None)
+    if position is None:
+        raise UnknownModelVersion(f"model {model_id!r} has no version {target!r} in the evidence log "
+                                  f"(its versions: {', '.join(v.version for v in known)})")
+    with_trials = {s.model_version for s in scores(store, model_ids=[model_id], scenario_ids=scenario_ids,
+                                                   model_versions=ALL_VERSIONS, run_id=run_id, as_of=as_of)
+                   if s.episodes}
+    return next((v for v in reversed(known[:position]) if v.version in with_trials), None)
 
 
 # --- decisions and benchmark versions ----------------------------------------------------------
@@ -211,25 +366,30 @@ def benchmark_versions(store: EvidenceStore, *, run_id: str | None = None,
                        as_of: datetime | None = None) -> list[BenchmarkVersion]:
     """Every benchmark version, oldest first. Active = scenarios whose latest of Promoted/Retired is
     Promoted, the decisions taken in (benchmark_version, event time, event id) order."""
-    events = decisions(store, event_types=("Promoted", "Retired"), run_id=run_id, as_of=as_of)
-    events.sort(key=lambda d: (d.benchmark_version, d.event_time, d.event_id))
+    return versions_of(decisions(store, event_types=("Promoted", "Retired"), run_id=run_id, as_of=as_of))
+
+
+def versions_of(made: Iterable[Decision]) -> list[BenchmarkVersion]:
+    """Benchmark versions from Promoted/Retired decisions (any others are ignored)."""
+    events = sorted((d for d in made if d.event_type in ("Promoted", "Retired")),
+                    key=lambda d: (d.benchmark_version, d.event_time, d.event_id))
     active: dict[str, ActiveScenario] = {}
     versions: list[BenchmarkVersion] = []
     by_version: dict[int, list[Decision]] = defaultdict(list)
     for d in events:
         by_version[d.benchmark_version].append(d)
     for version in sorted(by_version):
-        made = by_version[version]
-        for d in made:
+        batch = by_version[version]
+        for d in batch:
             if d.event_type == "Promoted":
                 active[d.scenario_id] = ActiveScenario(d.scenario_id, d.scenario, version, d.parent_scenario_id,
                                                        d.factor, d.source_cluster_id, d.event_id)
             else:
                 active.pop(d.scenario_id, None)
         versions.append(BenchmarkVersion(
-            version, min(d.event_time for d in made), tuple(active[s] for s in sorted(active)),
-            tuple(sorted({d.scenario_id for d in made if d.event_type == "Promoted"})),
-            tuple(sorted({d.scenario_id for d in made if d.event_type == "Retired"}))))
+            version, min(d.event_time for d in batch), tuple(active[s] for s in sorted(active)),
+            tuple(sorted({d.scenario_id for d in batch if d.event_type == "Promoted"})),
+            tuple(sorted({d.scenario_id for d in batch if d.event_type == "Retired"}))))
     return versions
 
 
@@ -281,12 +441,13 @@ def version_scenarios(store: EvidenceStore, version: int | None, *, run_id: str 
 # --- episodes and trials ----------------------------------------------------------------------
 
 def _trials_sql(params: dict, *, run_id: str | None, as_of: datetime | None,
-                model_ids: Sequence[str] | None, scenario_ids: Sequence[str] | None) -> str:
-    """One row per trial (model, scenario, seed): its latest valid ended episode.
+                model_ids: Sequence[str] | None, scenario_ids: Sequence[str] | None,
+                model_versions: ModelVersions = LATEST) -> str:
+    """One row per trial (model, model version, scenario, seed, variant): its latest valid ended episode.
 
-    Columns: model_id, scenario_id, seed (Nullable: an episode whose start is missing is a trial
-    of its own), episode_id, success, valid, termination, steps, quality, keyframe, request_id,
-    ended_at.
+    Columns: model_id, model_version and seed (Nullable: an episode whose start is missing is a
+    trial of its own, of no known version), variant, scenario_id, episode_id, success, valid,
+    termination, steps, quality, keyframe, request_id, ended_at.
     """
     conditions = [ENDED, *_scope(run_id, as_of, params)]
     if model_ids is not None:
@@ -296,33 +457,37 @@ def _trials_sql(params: dict, *, run_id: str | None, as_of: datetime | None,
         params["scenarios"] = list(scenario_ids)
         conditions.append("scenario_id IN {scenarios:Array(String)}")
     params["invalid"] = list(INVALID_TERMINATIONS)
+    versions = _version_condition(params, model_versions, as_of)
     return (
-        "SELECT model_id, scenario_id, argMax(seed, k) AS seed, argMax(episode_id, k) AS episode_id, "
-        "argMax(success, k) AS success, argMax(valid, k) AS valid, argMax(termination, k) AS termination, "
-        "argMax(steps, k) AS steps, argMax(quality, k) AS quality, argMax(keyframe, k) AS keyframe, "
-        "argMax(request_id, k) AS request_id, argMax(ended_at, k) AS ended_at FROM ("
+        "SELECT model_id, model_version, scenario_id, argMax(seed, k) AS seed, argMax(variant, k) AS variant, "
+        "argMax(episode_id, k) AS episode_id, argMax(success, k) AS success, argMax(valid, k) AS valid, "
+        "argMax(termination, k) AS termination, argMax(steps, k) AS steps, argMax(quality, k) AS quality, "
+        "argMax(keyframe, k) AS keyframe, argMax(request_id, k) AS request_id, argMax(ended_at, k) AS ended_at FROM ("
         " SELECT e.model_id AS model_id, e.scenario_id AS scenario_id, e.episode_id AS episode_id,"
         " e.success AS success, e.termination NOT IN {invalid:Array(String)} AS valid,"
         " toString(e.termination) AS termination, e.steps AS steps, e.quality AS quality,"
         " e.final_keyframe_sha256 AS keyframe, e.ended_at AS ended_at,"
-        " if(s.episode_id = '', NULL, s.seed) AS seed, s.request_id AS request_id,"
-        " if(s.episode_id = '', concat('episode ', e.episode_id), toString(s.seed)) AS trial,"
+        " if(s.episode_id = '', NULL, s.seed) AS seed, if(s.episode_id = '', NULL, s.model_version) AS model_version,"
+        " s.variant AS variant, s.request_id AS request_id,"
+        " if(s.episode_id = '', concat('episode ', e.episode_id), concat(toString(s.seed), '/', s.variant)) AS trial,"
         " (valid, e.ended_at, e.event_id) AS k"
         " FROM (SELECT episode_id, model_id, scenario_id, success, termination, steps, quality,"
         "  final_keyframe_sha256, envelope.event_time AS ended_at, envelope.event_id AS event_id"
         f"  FROM {{database}}.rollout_episodes FINAL{_where(conditions)}) AS e"
-        " LEFT JOIN (SELECT episode_id, seed, request_id FROM {database}.rollout_episodes FINAL"
-        "  WHERE envelope.event_type = 'EpisodeStarted') AS s ON e.episode_id = s.episode_id"
-        ") GROUP BY model_id, scenario_id, trial")
+        " LEFT JOIN (SELECT episode_id, seed, model_version, variant, request_id FROM {database}.rollout_episodes FINAL"
+        f"  WHERE {STARTED}) AS s ON e.episode_id = s.episode_id{_where([versions])}"
+        ") GROUP BY model_id, model_version, scenario_id, trial")
 
 
 @dataclass(frozen=True)
 class Trial:
-    """One (model, scenario, seed) and the outcome of its latest valid episode."""
+    """One (model, model version, scenario, seed, variant) and the outcome of its latest valid episode."""
 
     model_id: str
+    model_version: str | None  # None: the episode's start is missing
     scenario_id: str
     seed: int | None
+    variant: str
     episode_id: str
     success: bool
     valid: bool
@@ -330,29 +495,38 @@ class Trial:
     steps: int
     request_id: str | None
     final_keyframe_sha256: str | None
+    ended_at: datetime | None = None
+
+    @property
+    def pair_key(self) -> tuple[int, str] | None:
+        """What paired comparisons match trials on: (seed, variant); None without a known seed."""
+        return None if self.seed is None else (self.seed, self.variant)
 
 
 def trials(store: EvidenceStore, *, model_ids: Sequence[str] | None = None, scenario_ids: Sequence[str] | None = None,
-           run_id: str | None = None, as_of: datetime | None = None) -> list[Trial]:
-    """Every trial, sorted by model, scenario, seed: what paired comparisons are built from."""
+           model_versions: ModelVersions = LATEST, run_id: str | None = None,
+           as_of: datetime | None = None) -> list[Trial]:
+    """Every trial, sorted by model, version, scenario, seed, variant: what paired comparisons are built from."""
     params: dict = {}
-    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids)
-    rows = store.query("SELECT model_id, scenario_id, seed, episode_id, success, valid, termination, steps, "
-                       f"request_id, keyframe FROM ({sql}) ORDER BY model_id, scenario_id, seed, episode_id",
-                       parameters=params)
-    return [Trial(r[0], r[1], None if r[2] is None else int(r[2]), r[3], bool(r[4]), bool(r[5]), r[6], int(r[7]),
-                  r[8], r[9]) for r in rows]
+    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids,
+                      model_versions=model_versions)
+    rows = store.query("SELECT model_id, model_version, scenario_id, seed, variant, episode_id, success, valid, "
+                       f"termination, steps, request_id, keyframe, ended_at FROM ({sql}) "
+                       "ORDER BY model_id, model_version, scenario_id, seed, variant, episode_id", parameters=params)
+    return [Trial(r[0], r[1], r[2], None if r[3] is None else int(r[3]), r[4] or "", r[5], bool(r[6]), bool(r[7]),
+                  r[8], int(r[9]), r[10], r[11], _utc(r[12])) for r in rows]
 
 
 @dataclass(frozen=True)
 class ModelScenarioScore:
-    """Success of one model on one scenario: ``successes`` of ``episodes`` valid trials."""
+    """Success of one model (version) on one scenario: ``successes`` of ``episodes`` valid trials."""
 
     model_id: str
     scenario_id: str
-    episodes: int  # valid trials (one per seed), the rate's denominator
+    episodes: int  # valid trials (one per seed and variant), the rate's denominator
     successes: int
     invalid: int = 0  # trials whose every episode ended env_error / aborted
+    model_version: str | None = None
 
     @property
     def success_rate(self) -> float:
@@ -364,26 +538,35 @@ class ModelScenarioScore:
 
 
 def scores(store: EvidenceStore, *, version: int | None = None, model_ids: Sequence[str] | None = None,
+           scenario_ids: Sequence[str] | None = None, model_versions: ModelVersions = LATEST,
            run_id: str | None = None, as_of: datetime | None = None) -> list[ModelScenarioScore]:
     """Per model x scenario success with 95% Wilson intervals (semantics in the module docstring).
-    ``version`` restricts to that benchmark version's scenarios; None = every scenario."""
-    scenario_ids = version_scenarios(store, version, run_id=run_id, as_of=as_of)
+    ``version`` restricts to that benchmark version's scenarios (None = every scenario), and
+    ``scenario_ids`` to those; ``model_versions`` picks the model versions (default: each model's
+    latest)."""
+    in_version = version_scenarios(store, version, run_id=run_id, as_of=as_of)
+    if in_version is not None and scenario_ids is not None:
+        scenario_ids = [s for s in scenario_ids if s in set(in_version)]
+    elif in_version is not None:
+        scenario_ids = in_version
     params: dict = {}
-    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids)
-    rows = store.query(f"SELECT model_id, scenario_id, countIf(valid), countIf(valid AND success), countIf(NOT valid) "
-                       f"FROM ({sql}) GROUP BY model_id, scenario_id ORDER BY model_id, scenario_id",
-                       parameters=params)
-    return [ModelScenarioScore(m, s, int(n), int(k), int(bad)) for m, s, n, k, bad in rows]
+    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids,
+                      model_versions=model_versions)
+    rows = store.query(f"SELECT model_id, scenario_id, countIf(valid), countIf(valid AND success), countIf(NOT valid), "
+                       f"model_version FROM ({sql}) GROUP BY model_id, model_version, scenario_id "
+                       "ORDER BY model_id, model_version, scenario_id", parameters=params)
+    return [ModelScenarioScore(m, s, int(n), int(k), int(bad), v) for m, s, n, k, bad, v in rows]
 
 
 @dataclass(frozen=True)
 class ModelScore:
-    """A model's success pooled over a set of scenarios (each trial once), with its Wilson interval."""
+    """A model's (version's) success pooled over a set of scenarios (each trial once), with its Wilson interval."""
 
     model_id: str
     scenarios: int  # scenarios of the set the model has valid trials on
     episodes: int
     successes: int
+    model_version: str | None = None
 
     @property
     def success_rate(self) -> float:
@@ -395,40 +578,44 @@ class ModelScore:
 
 
 def pooled_scores(per_scenario: Iterable[ModelScenarioScore]) -> list[ModelScore]:
-    grouped: dict[str, list[ModelScenarioScore]] = defaultdict(list)
+    """Per model and version, sorted by model then version; versions are never pooled together."""
+    grouped: dict[tuple[str, str], list[ModelScenarioScore]] = defaultdict(list)
     for s in per_scenario:
         if s.episodes:
-            grouped[s.model_id].append(s)
-    return [ModelScore(m, len(g), sum(s.episodes for s in g), sum(s.successes for s in g))
-            for m, g in sorted(grouped.items())]
+            grouped[(s.model_id, s.model_version)].append(s)
+    return [ModelScore(m, len(g), sum(s.episodes for s in g), sum(s.successes for s in g), v)
+            for (m, v), g in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
 
 
 # --- paired effects, saturation, discrimination -------------------------------------------------
 
 @dataclass(frozen=True)
 class PairedEffect:
-    """A promoted scenario against its parent for one model, on the seeds both were run on.
-    ``effect.difference`` = child rate - parent rate (negative: the child is harder)."""
+    """A promoted scenario against its parent for one model version, on the (seed, variant) pairs
+    both were run on. ``effect.difference`` = child rate - parent rate (negative: the child is harder)."""
 
     scenario_id: str
     parent_scenario_id: str
     factor: str
     model_id: str
     effect: PairedDifference  # arm 1 = parent, arm 2 = the promoted scenario
+    model_version: str | None = None
 
 
-def _outcomes_by_seed(rows: Iterable[Trial]) -> dict[tuple[str, str], dict[int, bool]]:
-    out: dict[tuple[str, str], dict[int, bool]] = defaultdict(dict)
+def outcomes_by_pair(rows: Iterable[Trial]) -> dict[tuple[str, str | None, str], dict[tuple[int, str], bool]]:
+    """(model, model version, scenario) -> {(seed, variant): success} over valid trials with a seed."""
+    out: dict[tuple[str, str | None, str], dict[tuple[int, str], bool]] = defaultdict(dict)
     for t in rows:
-        if t.valid and t.seed is not None:
-            out[(t.model_id, t.scenario_id)][t.seed] = t.success
+        if t.valid and t.pair_key is not None:
+            out[(t.model_id, t.model_version, t.scenario_id)][t.pair_key] = t.success
     return out
 
 
 def paired_effects(store: EvidenceStore, *, version: int | None = None, model_ids: Sequence[str] | None = None,
                    run_id: str | None = None, as_of: datetime | None = None) -> list[PairedEffect]:
-    """Each promoted scenario that has a parent (not a base scenario) against that parent, per model,
-    on matching seeds. ``version``: only the scenarios of that version (None: every promotion)."""
+    """Each promoted scenario that has a parent (not a base scenario) against that parent, per model
+    version (every version that ran both), on matching (seed, variant) pairs. ``version``: only the
+    scenarios of that benchmark version (None: every promotion)."""
     promoted = [d for d in decisions(store, event_types=("Promoted",), run_id=run_id, as_of=as_of)
                 if d.parent_scenario_id and d.parent_scenario_id != d.scenario_id]
     if version is not None:
@@ -441,17 +628,20 @@ def paired_effects(store: EvidenceStore, *, version: int | None = None, model_id
         return []
     wanted = sorted({s for d in firsts.values() for s in (d.scenario_id, d.parent_scenario_id)})
     # Trials are not scoped by run: the parent's control arm is usually an earlier run's sweep.
-    by_seed = _outcomes_by_seed(trials(store, model_ids=model_ids, scenario_ids=wanted, as_of=as_of))
-    model_set = sorted({m for m, _ in by_seed})
+    by_pair = outcomes_by_pair(trials(store, model_ids=model_ids, scenario_ids=wanted, model_versions=ALL_VERSIONS,
+                                      as_of=as_of))
+    arms = sorted({(m, v) for m, v, _ in by_pair}, key=lambda mv: (mv[0], mv[1] or ""))
     out = []
     for scenario_id in sorted(firsts):
         d = firsts[scenario_id]
-        for model_id in model_set:
-            child, parent = by_seed.get((model_id, scenario_id)), by_seed.get((model_id, d.parent_scenario_id))
+        for model_id, model_version in arms:
+            child = by_pair.get((model_id, model_version, scenario_id))
+            parent = by_pair.get((model_id, model_version, d.parent_scenario_id))
             if child and parent:
                 effect = paired(parent, child)
                 if effect.pairs:
-                    out.append(PairedEffect(scenario_id, d.parent_scenario_id, d.factor, model_id, effect))
+                    out.append(PairedEffect(scenario_id, d.parent_scenario_id, d.factor, model_id, effect,
+                                            model_version))
     return out
 
 
@@ -471,14 +661,26 @@ def saturation(store: EvidenceStore, *, version: int | None = None, model_ids: S
                as_of: datetime | None = None) -> list[SaturationSignal]:
     """Per scenario of ``version`` (None: the latest version, or every scenario with episodes before
     the first promotion): does every model pass it at >= threshold? Models: the given ones, else
-    the ranked registered ones (the oracle is not judged), else every model with episodes."""
+    the ranked registered ones (the oracle is not judged), else every model with episodes; each
+    at its latest version."""
     version = _default_version(store, version, run_id=run_id, as_of=as_of)
     judged = list(model_ids) if model_ids is not None else ranked_model_ids(store, as_of=as_of)
     table = scores(store, version=version, model_ids=judged, run_id=run_id, as_of=as_of)
+    return saturation_of(table, version_scenarios(store, version, run_id=run_id, as_of=as_of), judged, threshold)
+
+
+def saturation_of(table: Sequence[ModelScenarioScore], scenario_ids: Sequence[str] | None,
+                  judged: Sequence[str] | None, threshold: float = SATURATION_RATE) -> list[SaturationSignal]:
+    """Saturation from a scores table (one row per model and scenario): per scenario of
+    ``scenario_ids`` (None: every scenario of the table), over the ``judged`` models (None: every
+    model with valid trials on those scenarios)."""
+    if scenario_ids is not None:
+        keep = set(scenario_ids)
+        table = [s for s in table if s.scenario_id in keep]
+    else:
+        scenario_ids = sorted({s.scenario_id for s in table})
     if judged is None:
-        judged = sorted({s.model_id for s in table})
-    scenario_ids = version_scenarios(store, version, run_id=run_id, as_of=as_of) \
-        or sorted({s.scenario_id for s in table})
+        judged = sorted({s.model_id for s in table if s.episodes})
     by_key = {(s.model_id, s.scenario_id): s for s in table if s.episodes}
     out = []
     for scenario_id in scenario_ids:
@@ -526,15 +728,24 @@ def discrimination(store: EvidenceStore, *, version: int | None = None, ranking:
                    model_ids: Sequence[str] | None = None, run_id: str | None = None,
                    as_of: datetime | None = None) -> Discrimination:
     """``ranking``: model ids from the most to the least capable (the reference Spearman is taken
-    against). Models: the given ones, else the ranked registered ones, else every model with episodes."""
+    against). Models: the given ones, else the ranked registered ones, else every model with
+    episodes; each at its latest version."""
     version = _default_version(store, version, run_id=run_id, as_of=as_of)
     judged = list(model_ids) if model_ids is not None else ranked_model_ids(store, as_of=as_of)
     table = scores(store, version=version, model_ids=judged, run_id=run_id, as_of=as_of)
-    return _discrimination(version, table, ranking)
+    return discrimination_of(version, table, ranking)
 
 
-def _discrimination(version: int | None, table: list[ModelScenarioScore],
-                    ranking: Sequence[str] | None) -> Discrimination:
+def discrimination_of(version: int | None, table: Sequence[ModelScenarioScore], ranking: Sequence[str] | None,
+                      scenario_ids: Sequence[str] | None = None,
+                      judged: Sequence[str] | None = None) -> Discrimination:
+    """Discrimination from a scores table (one row per model and scenario), restricted to
+    ``scenario_ids`` and the ``judged`` models when given."""
+    if scenario_ids is not None:
+        keep = set(scenario_ids)
+        table = [s for s in table if s.scenario_id in keep]
+    if judged is not None:
+        table = [s for s in table if s.model_id in set(judged)]
     pooled = sorted(pooled_scores(table), key=lambda m: (-m.success_rate, m.model_id))
     rates = [m.success_rate for m in pooled]
     pairs = [(a, b) for i, a in enumerate(pooled) for b in pooled[i + 1:]]
@@ -554,12 +765,15 @@ def discrimination_by_version(store: EvidenceStore, *, ranking: Sequence[str] | 
     """The capability frontier: every version's discrimination, oldest first (one entry with
     version None before the first promotion)."""
     judged = list(model_ids) if model_ids is not None else ranked_model_ids(store, as_of=as_of)
-    versions = benchmark_versions(store, run_id=run_id, as_of=as_of)
-    if not versions:
-        return [_discrimination(None, scores(store, model_ids=judged, run_id=run_id, as_of=as_of), ranking)]
     table = scores(store, model_ids=judged, run_id=run_id, as_of=as_of)
-    return [_discrimination(v.version, [s for s in table if s.scenario_id in set(v.scenario_ids)], ranking)
-            for v in versions]
+    return frontier_of(benchmark_versions(store, run_id=run_id, as_of=as_of), table, ranking)
+
+
+def frontier_of(versions: Sequence[BenchmarkVersion], table: Sequence[ModelScenarioScore],
+                ranking: Sequence[str] | None, judged: Sequence[str] | None = None) -> list[Discrimination]:
+    if not versions:
+        return [discrimination_of(None, table, ranking, judged=judged)]
+    return [discrimination_of(v.version, table, ranking, v.scenario_ids, judged) for v in versions]
 
 
 # --- failures and clusters ----------------------------------------------------------------------
@@ -685,6 +899,36 @@ def clusters(store: EvidenceStore, *, as_of_position: int | None = None, include
     return sorted(out, key=lambda c: (-c.size, c.cluster_id))
 
 
+def cluster_events(store: EvidenceStore, *, before_position: int) -> list[dict]:
+    """The latest ClusterUpdated of every cluster before ``before_position`` (size 0 included), as
+    records with the fields a mutator seeds from: what a cycle opened at that position sees."""
+    cols = ("cluster_id", "size", "revision", "position", "dominant_failure_type", "failure_types", "root_types",
+            "model_counts", "scenario_counts", "site", "representative_episode_id", "representative_scenario_id",
+            "representative_scenario")
+    rows = store.query(
+        f"SELECT {', '.join(f'argMax({c}, position)' if c != 'cluster_id' else c for c in cols)} "
+        "FROM {database}.failure_clusters FINAL WHERE envelope.event_type = 'ClusterUpdated' "
+        "AND position < {p:Int64} GROUP BY cluster_id ORDER BY cluster_id", parameters={"p": int(before_position)})
+    out = []
+    for r in rows:
+        record = dict(zip(cols, r, strict=True))
+        for name in ("failure_types", "root_types", "model_counts", "scenario_counts", "site",
+                     "representative_scenario"):
+            record[name] = dict(record[name])
+        out.append(record)
+    return out
+
+
+def cluster_log_length(store: EvidenceStore) -> int:
+    """How many of the clusterer's output positions the log holds from 0 without a gap (the next
+    position to come, once the sink has caught up)."""
+    n, top = store.query("SELECT uniqExact(position), max(position) FROM {database}.failure_clusters FINAL")[0]
+    n = int(n)
+    if n == 0:
+        return 0
+    return n if int(top) == n - 1 else min(n, int(top) + 1)
+
+
 def noise_episodes(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> int:
     """Failed episodes whose latest assignment (by position) is "noise": clustered with nothing yet."""
     params: dict = {}
@@ -692,6 +936,55 @@ def noise_episodes(store: EvidenceStore, *, run_id: str | None = None, as_of: da
     return int(store.query(
         f"SELECT countIf(c = 'noise') FROM (SELECT episode_id, argMax(cluster_id, position) AS c "
         f"FROM {{database}}.failure_clusters FINAL{_where(conditions)} GROUP BY episode_id)", parameters=params)[0][0])
+
+
+# --- what the critics and the gate read of single episodes and requests ------------------------
+
+def requested(store: EvidenceStore, request_ids: Sequence[str]) -> set[str]:
+    """Those of ``request_ids`` already in the log (a critic does not publish a request twice)."""
+    if not request_ids:
+        return set()
+    rows = store.query("SELECT DISTINCT request_id FROM {database}.rollout_requests FINAL "
+                       "WHERE request_id IN {ids:Array(String)}", parameters={"ids": list(request_ids)})
+    return {r[0] for r in rows}
+
+
+def scenario_spec(store: EvidenceStore, scenario_id: str) -> dict | None:
+    """The ScenarioSpec of a scenario, from wherever the log carries it (a promotion, a candidate,
+    a rollout request), or None when the log has never seen it."""
+    for sql in ("SELECT scenario FROM {database}.benchmark_decisions FINAL WHERE envelope.event_type = 'Promoted' "
+                "AND scenario_id = {sid:String} LIMIT 1",
+                "SELECT scenario FROM {database}.scenario_candidates FINAL WHERE scenario_id = {sid:String} LIMIT 1",
+                "SELECT scenario FROM {database}.rollout_requests FINAL WHERE scenario_id = {sid:String} LIMIT 1"):
+        rows = store.query(sql, parameters={"sid": scenario_id})
+        if rows:
+            return dict(rows[0][0])
+    return None
+
+
+def analysed_episodes(store: EvidenceStore, episode_ids: Sequence[str]) -> list[dict]:
+    """The EpisodeAnalysed of each of ``episode_ids`` the detector has decided, as records
+    (episode_id, model_id, scenario_id, success, termination, steps, quality, analysed, moments)."""
+    if not episode_ids:
+        return []
+    cols = ("episode_id", "model_id", "scenario_id", "success", "termination", "steps", "quality", "analysed",
+            "moments")
+    rows = store.query(f"SELECT {', '.join(cols)} FROM {{database}}.failure_episodes FINAL "
+                       "WHERE episode_id IN {ids:Array(String)} ORDER BY episode_id",
+                       parameters={"ids": list(episode_ids)})
+    return [dict(zip(cols, r, strict=True)) | {"moments": [dict(m) for m in r[-1]], "quality": dict(r[6])}
+            for r in rows]
+
+
+def episode_keyframes(store: EvidenceStore, episode_id: str) -> list[str]:
+    """The sha256 of every keyframe of one episode, in step order, its final frame last."""
+    rows = store.query("SELECT keyframe_sha256 FROM {database}.rollout_steps FINAL WHERE episode_id = {e:String} "
+                       "AND keyframe_sha256 IS NOT NULL ORDER BY t", parameters={"e": episode_id})
+    frames = [r[0] for r in rows]
+    final = store.query("SELECT final_keyframe_sha256 FROM {database}.rollout_episodes FINAL WHERE episode_id = "
+                        "{e:String} AND envelope.event_type = 'EpisodeEnded' AND final_keyframe_sha256 IS NOT NULL",
+                        parameters={"e": episode_id})
+    return frames + [r[0] for r in final if r[0] not in frames]
 
 
 # --- candidates, verdicts, the funnel ------------------------------------------------------------
@@ -739,6 +1032,8 @@ class Candidate:
     source_cluster_id: str | None
     params: Mapping[str, str]
     proposed_at: datetime
+    scenario: Mapping  # the ScenarioSpec record
+    event_id: str  # of its (first) CandidateProposed
     # promoted | rejected | deferred | review | approved (review approved, not yet promoted) |
     # retired | pending (no decision yet)
     status: str
@@ -772,7 +1067,8 @@ def candidates(store: EvidenceStore, *, cycle_id: str | None = None, generator: 
         conditions.append("generator = {generator:String}")
     rows = store.query(
         "SELECT scenario_id, argMin(parent_scenario_id, k), argMin(operator, k), argMin(factor, k), "
-        "argMin(generator, k), argMin(cycle_id, k), argMin(source_cluster_id, k), argMin(params, k), min(t) FROM "
+        "argMin(generator, k), argMin(cycle_id, k), argMin(source_cluster_id, k), argMin(params, k), min(t), "
+        "argMin(scenario, k), argMin(envelope.event_id, k) FROM "
         "(SELECT *, envelope.event_time AS t, (envelope.event_time, envelope.event_id) AS k "
         f" FROM {{database}}.scenario_candidates FINAL{_where(conditions)}) GROUP BY scenario_id ORDER BY min(t), "
         "scenario_id", parameters=params)
@@ -788,8 +1084,8 @@ def candidates(store: EvidenceStore, *, cycle_id: str | None = None, generator: 
     out = []
     for r in rows:
         status, decided_at = _status(history[r[0]])
-        out.append(Candidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], dict(r[7]), _utc(r[8]), status, decided_at,
-                             tuple(judged[r[0]])))
+        out.append(Candidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], dict(r[7]), _utc(r[8]), r[9], r[10], status,
+                             decided_at, tuple(judged[r[0]])))
     return out
 
 
@@ -812,9 +1108,11 @@ class Funnel:
 
 
 def funnel(store: EvidenceStore, *, cycle_id: str | None = None, run_id: str | None = None,
-           as_of: datetime | None = None) -> list[Funnel]:
-    """One row per generator, then the total (generator "all")."""
-    proposed = candidates(store, cycle_id=cycle_id, run_id=run_id, as_of=as_of)
+           as_of: datetime | None = None, proposed: Sequence[Candidate] | None = None) -> list[Funnel]:
+    """One row per generator, then the total (generator "all"). ``proposed``: the candidates of
+    the same scope when the caller has read them already."""
+    if proposed is None:
+        proposed = candidates(store, cycle_id=cycle_id, run_id=run_id, as_of=as_of)
     infeasible = _infeasible_counts(store, cycle_id=cycle_id, run_id=run_id, as_of=as_of)
     by_generator: dict[str, list[Candidate]] = defaultdict(list)
     for c in proposed:
@@ -825,7 +1123,7 @@ def funnel(store: EvidenceStore, *, cycle_id: str | None = None, run_id: str | N
     return rows
 
 
-def _funnel_row(generator: str, group: list[Candidate], infeasible: int) -> Funnel:
+def _funnel_row(generator: str, group: Sequence[Candidate], infeasible: int) -> Funnel:
     count = defaultdict(int)
     for c in group:
         count[c.status] += 1
@@ -937,11 +1235,17 @@ def rollouts_spent(store: EvidenceStore, *, run_id: str | None = None,
 
 @dataclass(frozen=True)
 class ExecutionQuality:
-    """How a model executed, beside whether it succeeded (means over its valid trials)."""
+    """How a model (version) executed, beside whether it succeeded (over its valid trials).
+
+    Recoveries come from EpisodeAnalysed: each failure moment carries ``recovered_step`` (>= 0 when
+    the episode later recovered: re-grasped the target, resumed progress, reached it). A success is
+    *flagged* only by a moment it never recovered from; a success that recovered from every moment
+    it had counts in ``successes_recovered`` and is not flagged.
+    """
 
     model_id: str
     scenario_id: str | None  # None: over every scenario of the scope
-    episodes: int
+    episodes: int  # valid trials
     success_rate: float
     smoothness_jerk: float  # mean squared end-effector jerk, m^2/s^6 (lower is smoother)
     path_efficiency: float  # straight-line / travelled distance, 0..1
@@ -953,35 +1257,56 @@ class ExecutionQuality:
     moments: int  # failure moments in these episodes (EpisodeAnalysed)
     recovered: int  # of which the episode later recovered
     flagged_successes: int  # successes with at least one unrecovered moment
+    model_version: str | None = None
+    successes: int = 0
+    analysed: int = 0  # trials the detector analysed (the rest say nothing about moments)
+    episodes_recovered: int = 0  # trials with at least one recovered moment
+    successes_recovered: int = 0  # successes with at least one recovered moment
+    clean_successes: int = 0  # successes without any failure moment
 
     @property
     def recovery_rate(self) -> float | None:
         return self.recovered / self.moments if self.moments else None
 
+    @property
+    def recovered_share(self) -> float:
+        """Share of the trials with at least one recovered moment."""
+        return self.episodes_recovered / self.episodes if self.episodes else 0.0
+
+    @property
+    def recovered_only_successes(self) -> int:
+        """Successes that had moments and recovered from every one (successes = clean + these + flagged)."""
+        return self.successes - self.clean_successes - self.flagged_successes
+
 
 def execution_quality(store: EvidenceStore, *, version: int | None = None, by_scenario: bool = False,
-                      model_ids: Sequence[str] | None = None, run_id: str | None = None,
-                      as_of: datetime | None = None) -> list[ExecutionQuality]:
+                      model_ids: Sequence[str] | None = None, model_versions: ModelVersions = LATEST,
+                      run_id: str | None = None, as_of: datetime | None = None) -> list[ExecutionQuality]:
     """Smoothness, force, re-grasps (EpisodeEnded.quality) and recoveries (EpisodeAnalysed moments)
-    per model (and scenario), over valid trials; ``version`` restricts to its scenarios."""
+    per model version (and scenario), over valid trials; ``version`` restricts to its scenarios."""
     scenario_ids = version_scenarios(store, version, run_id=run_id, as_of=as_of)
     params: dict = {}
-    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids)
-    group = "t.model_id, t.scenario_id" if by_scenario else "t.model_id"
+    sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids,
+                      model_versions=model_versions)
+    group = "t.model_id, t.model_version" + (", t.scenario_id" if by_scenario else "")
+    analyses = _where(_scope(None, as_of, params))
     rows = store.query(
         f"SELECT t.model_id, {'t.scenario_id' if by_scenario else 'NULL'}, count(), avg(t.success), "
         "avg(t.quality.smoothness_jerk), avg(t.quality.path_efficiency), avg(t.quality.peak_contact_force), "
         "avg(t.quality.mean_contact_force), avg(t.quality.regrasp_count), avg(t.quality.idle_steps), "
         "avgIf(t.quality.time_to_success, t.success AND t.quality.time_to_success IS NOT NULL), "
-        "sum(a.n_moments), sum(a.n_recovered), countIf(t.success AND a.n_unrecovered > 0) "
-        f"FROM ({sql}) AS t LEFT JOIN (SELECT episode_id, length(moments) AS n_moments, "
+        "sum(a.n_moments), sum(a.n_recovered), countIf(t.success AND a.n_unrecovered > 0), t.model_version, "
+        "countIf(t.success), countIf(a.analysed), countIf(a.n_recovered > 0), "
+        "countIf(t.success AND a.n_recovered > 0), countIf(t.success AND a.n_moments = 0) "
+        f"FROM ({sql}) AS t LEFT JOIN (SELECT episode_id, true AS analysed, length(moments) AS n_moments, "
         " arrayCount(m -> m.recovered_step >= 0, moments) AS n_recovered, "
         " arrayCount(m -> m.recovered_step < 0, moments) AS n_unrecovered "
-        " FROM {database}.failure_episodes FINAL) AS a ON t.episode_id = a.episode_id "
+        f" FROM {{database}}.failure_episodes FINAL{analyses}) AS a ON t.episode_id = a.episode_id "
         f"WHERE t.valid GROUP BY {group} ORDER BY {group}", parameters=params)
     return [ExecutionQuality(r[0], r[1], int(r[2]), float(r[3]), float(r[4]), float(r[5]), float(r[6]), float(r[7]),
                              float(r[8]), float(r[9]), None if r[10] is None or r[10] != r[10] else float(r[10]),
-                             int(r[11]), int(r[12]), int(r[13])) for r in rows]
+                             int(r[11]), int(r[12]), int(r[13]), r[14], int(r[15]), int(r[16]), int(r[17]),
+                             int(r[18]), int(r[19])) for r in rows]
 
 
 # --- memory figures, for status -------------------------------------------------------------------
@@ -992,7 +1317,7 @@ class MemoryFigures:
 
     events: Mapping[str, int]  # per evidence table (one per topic)
     episodes: int  # ended episodes (every copy)
-    trials: int  # distinct (model, scenario, seed)
+    trials: int  # distinct (model, model version, scenario, seed, variant)
     models: int
     failures: tuple[FailureTypeCount, ...]
     clusters: int  # live clusters
@@ -1006,6 +1331,7 @@ class MemoryFigures:
     cycles: int
     dead_letters: int
     funnel: tuple[Funnel, ...] = field(default=())
+    model_versions: Mapping[str, str] = field(default_factory=dict)  # model -> the version scores default to
 
 
 def memory_figures(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> MemoryFigures:
@@ -1015,10 +1341,12 @@ def memory_figures(store: EvidenceStore, *, run_id: str | None = None, as_of: da
                         f"{_where([ENDED, *_scope(run_id, as_of, params)])}",
                         parameters=params)[0][0]
     params = {}
-    trials_sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=None, scenario_ids=None)
+    trials_sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=None, scenario_ids=None,
+                             model_versions=ALL_VERSIONS)
     trial_count = store.query(f"SELECT count() FROM ({trials_sql})", parameters=params)[0][0]
     made = decisions(store, event_types=("Promoted", "Retired"), run_id=run_id, as_of=as_of)
-    benchmark = active_benchmark(store, run_id=run_id, as_of=as_of)
+    versions = versions_of(made)
+    benchmark = versions[-1] if versions else None
     flow = funnel(store, run_id=run_id, as_of=as_of)
     return MemoryFigures(
         counts, int(ended), int(trial_count), len(models(store, as_of=as_of)),
@@ -1027,7 +1355,7 @@ def memory_figures(store: EvidenceStore, *, run_id: str | None = None, as_of: da
         sum(1 for d in made if d.event_type == "Promoted"), sum(1 for d in made if d.event_type == "Retired"),
         benchmark.version if benchmark else None, len(benchmark.scenarios) if benchmark else 0,
         len(open_reviews(store, run_id=run_id, as_of=as_of)), len(cycles(store, run_id=run_id, as_of=as_of)),
-        counts.get("dead_letters", 0), tuple(flow))
+        counts.get("dead_letters", 0), tuple(flow), latest_model_versions(store, as_of=as_of))
 
 
 # --- the digest replay verifies ------------------------------------------------------------------
@@ -1036,7 +1364,9 @@ def derived_state(store: EvidenceStore) -> dict:
     """Everything derived from the log, as plain JSON-able values in a fixed order."""
     return {
         "tables": table_fingerprints(store),
-        "scores": [[s.model_id, s.scenario_id, s.episodes, s.successes, s.invalid] for s in scores(store)],
+        "scores": [[s.model_id, s.model_version, s.scenario_id, s.episodes, s.successes, s.invalid]
+                   for s in scores(store, model_versions=ALL_VERSIONS)],
+        "model_versions": latest_model_versions(store),
         "benchmark_versions": [[v.version, list(v.scenario_ids), list(v.promoted), list(v.retired)]
                                for v in benchmark_versions(store)],
         "promotions": [[d.scenario_id, d.benchmark_version, d.event_id]

@@ -11,35 +11,66 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC
+
+from confluent_kafka import Consumer, KafkaException
 
 from consumers.benchmark_state import derived_state, state_digest
 from consumers.evidence.columns import table_columns
+from consumers.evidence.exceptions import ConsumerFailed, ReplayError
 from consumers.evidence.sink import EvidenceSink
 from consumers.evidence.store import EvidenceStore, migrate
 from consumers.prune import reapply_prunes
 from producers.publisher import Publisher
 from schemas import loader
 from schemas.catalog import TOPICS, Topic
+from schemas.codec import Codec
 
 PAGE_ROWS = 20000
 REPLAY_IDLE_EXIT_S = 4.0
+REPLAY_TIMEOUT_S = 30.0  # to reach the broker, list the topics, and join the replay's consumer group
 
 
-def rebuild(store: EvidenceStore, bootstrap: str, topic_prefix: str, session_timeout_ms: int,
-            target_database: str) -> EvidenceStore:
-    """Drop and recreate target_database, then fill it from the topics with a fresh consumer group."""
+def rebuild(store: EvidenceStore, make_consumer: Callable[[str], Consumer], codec: Codec, topic_prefix: str,
+            target_database: str, *, broker: str, timeout_s: float = REPLAY_TIMEOUT_S) -> EvidenceStore:
+    """Drop and recreate target_database, then fill it from the topics with a fresh consumer group.
+
+    make_consumer(group_id) builds the consumer (at the edge); broker names the cluster in errors.
+    Every catalog topic must be readable before anything is dropped: otherwise ReplayError, one
+    line naming the topic and the broker, within about timeout_s.
+    """
     if target_database == store.database:
         raise ValueError(f"refusing to rebuild into the live database {target_database!r}")
+    consumer = make_consumer(f"sepa-replay-{uuid.uuid4().hex[:12]}")
+    try:
+        _require_topics(consumer, [t.full_name(topic_prefix) for t in TOPICS], broker, timeout_s)
+    except BaseException:
+        consumer.close()
+        raise
     target = store.with_database(target_database)
     target.command("DROP DATABASE IF EXISTS {database}")
     migrate(target)
-    sink = EvidenceSink(target, bootstrap, topic_prefix, session_timeout_ms,
-                        group_id=f"sepa-replay-{uuid.uuid4().hex[:12]}", publish_dead_letters=False)
-    sink.run(threading.Event(), idle_exit_s=REPLAY_IDLE_EXIT_S)
+    sink = EvidenceSink(target, consumer, None, codec, topic_prefix, fail_on_consumer_error=True)
+    try:
+        sink.run(threading.Event(), idle_exit_s=REPLAY_IDLE_EXIT_S, join_timeout_s=timeout_s)
+    except ConsumerFailed as exc:
+        raise ReplayError(f"replay from broker {broker} stopped, {target_database} is incomplete: {exc}") from exc
     reapply_prunes(store, target)
     return target
+
+
+def _require_topics(consumer: Consumer, names: list[str], broker: str, timeout_s: float) -> None:
+    try:
+        metadata = consumer.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        detail = error.str() if hasattr(error, "str") else str(error)
+        raise ReplayError(f"cannot list the topics on broker {broker} within {timeout_s:.0f} s: {detail}") from None
+    missing = [n for n in names if n not in metadata.topics or metadata.topics[n].error is not None]
+    if missing:
+        more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise ReplayError(f"topic {missing[0]} does not exist on broker {broker}{more}; nothing was rebuilt")
 
 
 def compare(live: EvidenceStore, rebuilt: EvidenceStore) -> tuple[str, str, dict]:

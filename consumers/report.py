@@ -90,6 +90,8 @@ class ReportData:
     rollouts: tuple[bs.RolloutSpend, ...]
     quality: tuple[bs.ExecutionQuality, ...]
     scores: tuple[bs.ModelScenarioScore, ...] = field(default=())
+    model_versions: dict[str, str] = field(default_factory=dict)  # the version each model is shown at
+    not_yet_run: dict[str, str] = field(default_factory=dict)  # models whose latest version has no trials here
 
     @property
     def total_rollouts(self) -> int:
@@ -97,19 +99,30 @@ class ReportData:
 
 
 def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str] | None = None) -> ReportData:
-    """Everything the report shows, from the typed queries. Raises NothingToReport on an empty log."""
-    table = bs.scores(store, run_id=run_id)
-    if not table:
+    """Everything the report shows, from the typed queries. Raises NothingToReport on an empty log.
+
+    Each model is shown at one version, never pooled: its latest when that has trials in the scope,
+    else the newest one that has (benchmark_state.evaluated_versions; the report says which). The
+    scores, the benchmark versions and the candidates are read once; each version's saturation and
+    discrimination come from them (benchmark_state's ``*_of`` functions), not from a query per
+    version."""
+    shown = bs.evaluated_versions(store, run_id=run_id)
+    if not shown:
         where = f" for run {run_id!r}" if run_id else ""
         raise NothingToReport(f"no ended episode in the evidence log{where}: nothing to report yet "
                               "(`sepa-eval run` evaluates the models and fills it)")
+    table = bs.scores(store, model_versions=shown, run_id=run_id)
+    latest = bs.latest_model_versions(store)
     registered = bs.models(store)
-    versions = bs.benchmark_versions(store, run_id=run_id)
-    candidates = {c.scenario_id: c for c in bs.candidates(store, run_id=run_id)}
+    judged = bs.ranked_of(registered)
+    made = bs.decisions(store, event_types=("Promoted", "Retired"), run_id=run_id)
+    versions = bs.versions_of(made)
+    proposed = bs.candidates(store, run_id=run_id)
+    candidates = {c.scenario_id: c for c in proposed}
     all_clusters = bs.clusters(store, run_id=run_id)
     cluster_by_id = {c.cluster_id: c for c in all_clusters}
     effects = bs.paired_effects(store, run_id=run_id)
-    version_reports = tuple(_version_report(store, v, candidates, cluster_by_id, effects, ranking, run_id)
+    version_reports = tuple(_version_report(v, made, table, judged, candidates, cluster_by_id, effects, ranking)
                             for v in versions)
     heatmap_models = _heatmap_models(registered, table)
     return ReportData(
@@ -117,23 +130,23 @@ def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str
         counts=bs.table_counts(store), models=tuple(registered), heatmap_models=heatmap_models,
         heatmap=_heatmap(table, heatmap_models, versions, candidates),
         versions=version_reports,
-        frontier=tuple(bs.discrimination_by_version(store, ranking=ranking, run_id=run_id)),
-        current_saturation=tuple(bs.saturation(store, run_id=run_id)),
+        frontier=tuple(bs.frontier_of(versions, table, ranking, judged)),
+        current_saturation=tuple(bs.saturation_of(table, versions[-1].scenario_ids if versions else None, judged)),
         failures=tuple(bs.failure_types(store, run_id=run_id)),
         timeline=tuple(bs.failure_timeline(store, run_id=run_id)),
         clusters=tuple(all_clusters[:REPORT_MAX_CLUSTERS]), clusters_total=len(all_clusters),
         noise_episodes=bs.noise_episodes(store, run_id=run_id),
-        funnel=tuple(bs.funnel(store, run_id=run_id)), cycles=tuple(bs.cycles(store, run_id=run_id)),
+        funnel=tuple(bs.funnel(store, run_id=run_id, proposed=proposed)), cycles=tuple(bs.cycles(store, run_id=run_id)),
         open_reviews=tuple(bs.open_reviews(store, run_id=run_id)),
         rollouts=tuple(bs.rollouts_spent(store, run_id=run_id)),
-        quality=tuple(bs.execution_quality(store, run_id=run_id)), scores=tuple(table))
+        quality=tuple(bs.execution_quality(store, model_versions=shown, run_id=run_id)), scores=tuple(table),
+        model_versions=shown, not_yet_run={m: latest[m] for m, v in shown.items() if latest.get(m, v) != v})
 
 
-def _version_report(store: EvidenceStore, version: bs.BenchmarkVersion, candidates: dict[str, bs.Candidate],
+def _version_report(version: bs.BenchmarkVersion, made: list[bs.Decision], table: list[bs.ModelScenarioScore],
+                    judged: list[str] | None, candidates: dict[str, bs.Candidate],
                     clusters: dict[str, bs.ClusterSummary], effects: list[bs.PairedEffect],
-                    ranking: list[str] | None, run_id: str | None) -> VersionReport:
-    made = bs.decisions(store, scenario_ids=list(version.promoted) + list(version.retired),
-                        event_types=("Promoted", "Retired"), run_id=run_id)
+                    ranking: list[str] | None) -> VersionReport:
     made = [d for d in made if d.benchmark_version == version.version]
     by_scenario = defaultdict(list)
     for e in effects:
@@ -143,8 +156,8 @@ def _version_report(store: EvidenceStore, version: bs.BenchmarkVersion, candidat
         candidate = candidates.get(d.scenario_id)
         promotions.append(Promotion(d, candidate, candidate.verdicts if candidate else (),
                                     clusters.get(d.source_cluster_id), tuple(by_scenario.get(d.scenario_id, ()))))
-    return VersionReport(version, bs.discrimination(store, version=version.version, ranking=ranking, run_id=run_id),
-                         tuple(bs.saturation(store, version=version.version, run_id=run_id)), tuple(promotions),
+    return VersionReport(version, bs.discrimination_of(version.version, table, ranking, version.scenario_ids, judged),
+                         tuple(bs.saturation_of(table, version.scenario_ids, judged)), tuple(promotions),
                          tuple(d for d in made if d.event_type == "Retired"))
 
 
@@ -210,15 +223,27 @@ def _environment() -> Environment:
     return env
 
 
+def _with_versions(env: Environment, data: ReportData) -> Environment:
+    """``model|arm(version)``: the model id, with ``@version`` when that is not the version the
+    report shows it at (or always, with ``arm(version, true)``)."""
+    def arm(model_id: str, version: str | None, always: bool = False) -> str:
+        if version is None or (not always and data.model_versions.get(model_id) == version):
+            return model_id
+        return f"{model_id}@{version}"
+
+    env.filters["arm"] = arm
+    return env
+
+
 def render_markdown(data: ReportData, figures: dict[str, str], keyframes: dict[str, str]) -> str:
     """figures / keyframes: name or sha256 -> path relative to the markdown file."""
-    template = _environment().get_template("report.md.j2")
+    template = _with_versions(_environment(), data).get_template("report.md.j2")
     return template.render(d=data, figures=figures, keyframes=keyframes, legend=_legend())
 
 
 def render_html(data: ReportData, figures: dict[str, bytes], keyframes: dict[str, bytes]) -> str:
     """figures / keyframes: name or sha256 -> PNG bytes, embedded as data URIs."""
-    env = _environment()
+    env = _with_versions(_environment(), data)
     env.autoescape = True
     uri = {name: "data:image/png;base64," + base64.b64encode(png).decode() for name, png in figures.items()}
     frames = {sha: "data:image/png;base64," + base64.b64encode(png).decode() for sha, png in keyframes.items()}

@@ -1,16 +1,49 @@
 """Kafka client configuration and topic administration, shared by every producer and consumer.
 
 confluent-kafka (librdkafka) everywhere but the faust workers. The session timeout is short
-because Tansu joins a group in about max(1 s, session.timeout / 2).
+because Tansu joins a group in about max(1 s, session.timeout / 2). The edge (infra/) builds the
+clients from these configs, and the one codec (``make_codec``), and hands them, or the configs, to
+the code below it.
+
+librdkafka retries an unreachable broker forever and logs each attempt to stderr, so a command
+first asks the broker (``require_broker``) and stops with one line naming it when it does not answer.
 """
 
 from __future__ import annotations
 
+import time
+
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.exceptions import BrokerError
+from infra.exceptions import BrokerError, BrokerUnreachable
+from infra.settings import Settings
 from schemas.catalog import TOPICS, Topic
+from schemas.codec import Codec
+from schemas.registry import schema_ids_for
+
+
+def make_codec(settings: Settings) -> Codec:
+    """The codec every client of this process frames events with: a Schema Registry's ids when
+    ``schema_registry_url`` is set, the manifest's otherwise. Built once per process, at the edge."""
+    return Codec(schema_ids_for(settings.schema_registry_url))
+
+
+def require_broker(bootstrap: str, timeout: float, where: str = "") -> None:
+    """Raises BrokerUnreachable (one line, naming the broker and ``where`` it came from) unless
+    the broker answers a metadata request within ``timeout`` seconds."""
+    try:
+        # log_level 0: a refused connection is the answer we are asking for, not stderr noise.
+        AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=timeout)
+    except KafkaException as exc:
+        source = f" ({where})" if where else ""
+        raise BrokerUnreachable(f"the Kafka broker at {bootstrap}{source} did not answer within {timeout:g} s: "
+                                f"{_reason(exc)}") from exc
+
+
+def _reason(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.str() if hasattr(error, "str") else str(exc)
 
 
 def producer_config(bootstrap: str, **extra) -> dict:
@@ -47,8 +80,12 @@ def make_producer(bootstrap: str, **extra) -> Producer:
 def ensure_topics(bootstrap: str, prefix: str, topics: tuple[Topic, ...] = TOPICS,
                   timeout: float = 15.0) -> list[str]:
     """Create the catalog's topics that do not exist yet; returns the names created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise BrokerUnreachable(f"the Kafka broker at {bootstrap} did not list its topics within {timeout:g} s: "
+                                f"{_reason(exc)}") from exc
     wanted = [NewTopic(t.full_name(prefix), num_partitions=t.partitions, replication_factor=1,
                        config={"retention.ms": str(t.retention_ms)})
               for t in topics if t.full_name(prefix) not in existing]
@@ -65,6 +102,16 @@ def ensure_topics(bootstrap: str, prefix: str, topics: tuple[Topic, ...] = TOPIC
     return created
 
 
+def group_members(bootstrap: str, group_id: str, timeout: float) -> list[str]:
+    """Member ids of a consumer group; empty when the broker does not say (or the group has none)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        description = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id].result()
+    except KafkaException:
+        return []
+    return [m.member_id for m in description.members]
+
+
 def topic_message_counts(bootstrap: str, names: list[str], timeout: float = 10.0) -> dict[str, int]:
     """Messages retained per topic (high minus low watermark, summed over partitions).
 
@@ -72,8 +119,12 @@ def topic_message_counts(bootstrap: str, names: list[str], timeout: float = 10.0
     high watermark carried in a Fetch reply is right, so we fetch once per partition and read
     the cached watermarks.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    metadata = admin.list_topics(timeout=timeout).topics
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=timeout).topics
+    except KafkaException as exc:
+        raise BrokerUnreachable(f"the Kafka broker at {bootstrap} did not list its topics within {timeout:g} s: "
+                                f"{_reason(exc)}") from exc
     partitions = [TopicPartition(name, p, -2) for name in names if name in metadata
                   for p in metadata[name].partitions]
     counts = {name: 0 for name in names if name in metadata}
@@ -85,8 +136,6 @@ def topic_message_counts(bootstrap: str, names: list[str], timeout: float = 10.0
         consumer.assign(partitions)
         seen: set[tuple[str, int]] = set()
         pending = {(tp.topic, tp.partition) for tp in partitions}
-        import time
-
         deadline = time.monotonic() + timeout
         while pending - seen and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=len(partitions), timeout=0.2):

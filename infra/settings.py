@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 
 class Settings(BaseModel):
@@ -34,6 +34,14 @@ class Settings(BaseModel):
     sink_batch_max: int = Field(20000, ge=1, description="messages per ClickHouse insert")
     sink_linger_ms: int = Field(200, ge=0, description="wait this long to fill a batch")
     store_endpoint_port: int = Field(0, ge=0, le=65535, description="owner endpoint port; 0 = free port")
+    # Every command that needs the broker asks it first and gives up after this long, naming it.
+    broker_timeout_s: float = Field(5.0, gt=0, description="how long a command waits for the broker to answer")
+    # `up` waits this long for each child (pipeline, streams worker, rollout worker) to say it is ready.
+    ready_timeout_s: float = Field(180.0, gt=0, description="how long `up` waits for its processes to be ready")
+    rollout_processes: int = Field(2, ge=1, description="simulator processes of the rollout worker `up` starts")
+    # faust's HTTP stats server: off unless asked for; on, it binds 127.0.0.1 (never faust's 0.0.0.0:6066).
+    streams_web: bool = Field(False, description="the streams worker's faust web server, on 127.0.0.1")
+    streams_web_port: int = Field(0, ge=0, le=65535, description="its port when on; 0 = a free port")
     # exactly_once is refused (streams/app.py says why): Tansu rejects aiokafka's InitProducerId v0,
     # and on Apache Kafka faust-streaming 0.15.3 leaves the moments in transactions that never
     # commit. at_least_once is lossless across restarts and re-emitted moments keep their ids.
@@ -43,6 +51,18 @@ class Settings(BaseModel):
     openai_base_url: str | None = Field(None, description="e.g. http://127.0.0.1:8000/v1")
     openai_model: str | None = None
     openai_api_key: SecretStr | None = Field(None, description="unset = OPENAI_API_KEY")
+    # The semantic critic's VLM judge (an OpenAI-compatible endpoint): both set = the gate requires
+    # its verdict; neither = the critic says "not run" and the gate records semantic evidence missing.
+    judge_base_url: str | None = Field(None, description="OpenAI-compatible endpoint of the VLM judge")
+    judge_model: str | None = None
+    judge_api_key: SecretStr | None = Field(None, description="unset = OPENAI_API_KEY")
+    judge_timeout_s: float = Field(60.0, gt=0, description="per judge call")
+    judge_threshold: float = Field(0.8, gt=0, le=1, description="a judgment passes at score >= this")
+    # The clusterer also takes in successes with failure moments (fragile wins): at a saturated
+    # benchmark they are most of what there is to mine. `run` waits for them too.
+    cluster_fragile_successes: bool = True
+    # The gate: a verdict missing this long after the proposal defers the candidate.
+    gate_verdict_timeout_s: float = Field(1800.0, gt=0, description="s")
 
     @field_validator("topic_prefix")
     @classmethod
@@ -58,6 +78,17 @@ class Settings(BaseModel):
         if value is not None and not value.startswith(("http://", "https://", "chdb://")):
             raise ValueError(f"clickhouse_url {value!r} must start with http://, https:// or chdb://")
         return value
+
+    @model_validator(mode="after")
+    def _judge_complete(self) -> Settings:
+        if (self.judge_base_url is None) != (self.judge_model is None):
+            raise ValueError(f"the VLM judge needs both judge_base_url (SEPA_JUDGE_BASE_URL) and judge_model "
+                             f"(SEPA_JUDGE_MODEL), got {self.judge_base_url!r} and {self.judge_model!r}")
+        return self
+
+    @property
+    def judge_configured(self) -> bool:
+        return self.judge_base_url is not None
 
     @property
     def embedded_broker(self) -> bool:
@@ -80,9 +111,9 @@ class Settings(BaseModel):
 
 
 def settings_environ(settings: Settings) -> dict[str, str]:
-    """The SEPA_* variables that reproduce these settings in a child process (faust's CLI loads
-    its app from the environment, through load_settings). Secrets are passed in clear: the child
-    needs them."""
+    """The SEPA_* variables that reproduce these settings in a child process: the one way settings
+    reach the pipeline, the streams worker and the rollout worker (each calls load_settings).
+    Secrets are passed in clear: the child needs them."""
     return {f"SEPA_{name.upper()}": value.get_secret_value() if isinstance(value, SecretStr) else str(value)
             for name, value in settings.model_dump().items() if value is not None}
 
@@ -102,6 +133,7 @@ def load_settings(config_file: Path | None = None, environ: dict[str, str] | Non
         if key in environ:
             values[name] = environ[key]
     values.update({k: v for k, v in overrides.items() if v is not None})
-    if values.get("openai_api_key") is None and environ.get("OPENAI_API_KEY"):
-        values["openai_api_key"] = environ["OPENAI_API_KEY"]  # the variable OpenAI's tools use
+    for key in ("openai_api_key", "judge_api_key"):
+        if values.get(key) is None and environ.get("OPENAI_API_KEY"):
+            values[key] = environ["OPENAI_API_KEY"]  # the variable OpenAI's tools use
     return Settings.model_validate(values)

@@ -8,41 +8,48 @@ it again on restart: same seeds, same events, same ids, counted once.
 The pool's processes live as long as the pool and keep what is costly to make: each keeps its
 last ENV_CACHE_SIZE envs by (scenario_id, keyframes), so a scenario's env is built (~3 s) once
 per process, not once per request (an episode is a function of (scenario, seed) alone, whatever
-the env ran before), and one producer per (bootstrap, topic prefix). ``RolloutPool.warm`` builds a
+the env ran before), and one Kafka producer per producer config. ``RolloutPool.warm`` builds a
 scenario's env in every process ahead of the first request.
 
-    sepa-eval rollout --env Lift --model oracle --episodes 10        # direct, with progress
-    sepa-eval rollout-worker                                          # serve rollout.requests
+Nothing here builds settings or reads the environment: the edge (``sepa-eval rollout-worker``,
+which ``sepa-eval up`` starts) passes the producer config, the consumer and the codec in. The
+codec travels to the pool's processes with each task, so a Schema Registry's ids reach them too.
+
+    sepa-eval rollout --env Lift --model oracle --episodes 10   # publishes a request, waits for its episodes
+    sepa-eval rollout-worker                                     # serves rollout.requests
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infra.kafka_clients import consumer_config, make_producer
 from producers.adapters import adapter_for
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
 from producers.recorder import EpisodeIdentity, EpisodeRecorder
 from producers.sim.models import ModelConfig, load_models
-from producers.sim.rollout import Episode
+from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from schemas.events import dead_letter, make_event, stable_id
 from schemas.exceptions import SchemaError
 
 log = logging.getLogger(__name__)
 PRODUCER = "robosuite-worker"
-GROUP_ID = "sepa-rollout-workers"
+GROUP_ID = "sepa-rollout-workers"  # the consumer group the edge builds the worker's consumer in
+# A request can take minutes: the group must not evict a worker that is busy running one.
+MAX_POLL_INTERVAL_MS = 3_600_000
 # Envs each pool process keeps, least recently used dropped first (a robosuite env holds ~10 MB).
 ENV_CACHE_SIZE = 4
 # How long RolloutPool.warm waits for every process to have built its env.
@@ -70,7 +77,7 @@ def rollout_request(scenario: dict, model_id: str, seeds: list[int], purpose: st
 # -- what a pool process keeps between requests ---------------------------------------------
 
 _envs: OrderedDict[tuple[str, bool], Any] = OrderedDict()
-_publishers: dict[tuple[str, str], Publisher] = {}
+_producers: dict[str, Producer] = {}
 _warm_barrier: Any = None
 
 
@@ -101,11 +108,12 @@ def _drop_env(scenario: dict, keyframes: bool) -> None:
         env.close()
 
 
-def _cached_publisher(bootstrap: str, prefix: str) -> Publisher:
-    publisher = _publishers.get((bootstrap, prefix))
-    if publisher is None:
-        publisher = _publishers[(bootstrap, prefix)] = Publisher(make_producer(bootstrap), prefix)
-    return publisher
+def _cached_producer(producer_config: dict) -> Producer:
+    key = json.dumps(producer_config, sort_keys=True, default=str)
+    producer = _producers.get(key)
+    if producer is None:
+        producer = _producers[key] = Producer(producer_config)
+    return producer
 
 
 def warm_env(scenario: dict, keyframes: bool) -> int:
@@ -122,17 +130,19 @@ def cache_info() -> tuple[int, list[tuple[str, bool]]]:
     return os.getpid(), list(_envs)
 
 
-def run_seeds(bootstrap: str, prefix: str, request: dict, seeds: list[int], keyframe_root: str,
-              models_path: str | None = None) -> list[EpisodeSummary]:
-    """One process's share of a request, published and acknowledged before it returns. Runs in a
-    pool process, with that process's cached env and producer."""
+def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, seeds: list[int],
+              keyframe_root: str, models_path: str | None = None) -> list[EpisodeSummary]:
+    """One process's share of a request, published (framed by ``codec``) and acknowledged before it
+    returns. Runs in a pool process, with that process's cached env and producer."""
+    from producers.sim.rollout import Episode  # robosuite: imported by the pool's processes only
+
     models = {m.model_id: m for m in (load_models(Path(models_path)) if models_path else load_models())}
     if request["model_id"] not in models:
         raise KeyError(f"model {request['model_id']!r} is not registered; known: {sorted(models)}")
     model: ModelConfig = models[request["model_id"]]
     scenario, keyframe_every = request["scenario"], request["keyframe_every"]
     adapter = adapter_for(scenario["benchmark"])
-    publisher = _cached_publisher(bootstrap, prefix)
+    publisher = Publisher(_cached_producer(producer_config), prefix, codec)
     keyframes = KeyframeStore(Path(keyframe_root))
     summaries = []
     try:
@@ -165,8 +175,8 @@ class RolloutPool:
     The processes are started with the pool, import the simulator in the background at once, and
     live until close()."""
 
-    def __init__(self, bootstrap: str, prefix: str, keyframe_root: Path, processes: int = 2):
-        self.bootstrap, self.prefix = bootstrap, prefix
+    def __init__(self, producer_config: dict, prefix: str, codec: Codec, keyframe_root: Path, processes: int = 2):
+        self.producer_config, self.prefix, self.codec = dict(producer_config), prefix, codec
         self.keyframe_root = str(keyframe_root)
         self.processes = processes
         ctx = multiprocessing.get_context("spawn")
@@ -184,7 +194,8 @@ class RolloutPool:
         """Runs the request's episodes, one task per seed: a process that is done takes the next
         seed, so episodes that end early (success) do not leave a process idle while another
         still has a fixed share to run. Returns when every episode is published and acknowledged."""
-        futures = [self.executor.submit(run_seeds, self.bootstrap, self.prefix, request, [seed], self.keyframe_root)
+        futures = [self.executor.submit(run_seeds, self.producer_config, self.prefix, self.codec, request, [seed],
+                                        self.keyframe_root)
                    for seed in request["seeds"]]
         try:
             summaries = [s for f in futures for s in f.result()]
@@ -199,19 +210,27 @@ class RolloutPool:
 
 
 class RolloutWorker:
-    """Serves rollout.requests: one request at a time, committed after its episodes are published."""
+    """Serves rollout.requests: one request at a time, committed after its episodes are published.
 
-    def __init__(self, pool: RolloutPool, bootstrap: str, prefix: str, session_timeout_ms: int):
-        self.pool, self.prefix = pool, prefix
-        # A request can take minutes: the poll interval must outlast it or the group evicts us.
-        self.consumer = Consumer(consumer_config(bootstrap, GROUP_ID, session_timeout_ms,
-                                                 **{"max.poll.interval.ms": 3_600_000}))
-        self.publisher = Publisher(make_producer(bootstrap), prefix)
-        self.codec = Codec()
+    ``consumer`` is a built confluent-kafka Consumer in group GROUP_ID with auto-commit off and a
+    poll interval of at least MAX_POLL_INTERVAL_MS; ``publisher`` carries its dead letters."""
+
+    def __init__(self, pool: RolloutPool, consumer: Consumer, publisher: Publisher, codec: Codec):
+        self.pool, self.consumer, self.publisher, self.codec = pool, consumer, publisher, codec
+        self.topic = BY_NAME["rollout.requests"].full_name(publisher.prefix)
         self.served = 0
 
-    def run(self, stop: threading.Event) -> None:
-        self.consumer.subscribe([f"{self.prefix}rollout.requests"])
+    def run(self, stop: threading.Event, on_assigned: Callable[[], None] | None = None) -> None:
+        """Serves until ``stop`` is set. ``on_assigned`` is called once, when the group first gave this
+        worker its partitions (a readiness signal for whoever started it)."""
+        told = threading.Event()
+
+        def assigned(consumer, partitions) -> None:
+            if on_assigned is not None and not told.is_set():
+                told.set()
+                on_assigned()
+
+        self.consumer.subscribe([self.topic], on_assign=assigned)
         try:
             while not stop.is_set():
                 msg = self.consumer.poll(0.5)

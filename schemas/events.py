@@ -49,6 +49,9 @@ def dead_letter(consumer: str, run_id: str, topic: str, partition: int, offset: 
     timestamp when known, so judging the same message again (after a crash, in a replay) yields
     an identical event that the evidence log counts once.
     """
+    if partition is None or offset is None:
+        raise ValueError(f"a dead letter needs the message's partition and offset, got {partition!r} and {offset!r} "
+                         f"on {topic!r}: a consumer error is not a message")
     event_time = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms and timestamp_ms > 0 else None
     return make_event("DeadLetter", (consumer, topic, partition, offset), consumer, run_id, event_time=event_time,
                       source_topic=topic, source_partition=int(partition), source_offset=int(offset),

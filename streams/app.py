@@ -1,16 +1,13 @@
 """The faust-streaming application: failure detection and failure clustering.
 
-    faust -A streams.app worker -l info          # the edge: settings from SEPA_* / --config file
+    app = make_app(StreamsConfig(bootstrap_servers="127.0.0.1:9092"), codec=codec)
 
-    app = make_app(StreamsConfig(bootstrap_servers="127.0.0.1:9092"))   # in code and tests
+``make_app`` builds an app from a frozen ``StreamsConfig``, the codec that frames every event and
+an optional cluster-summary model, and reads nothing else: no settings, no environment. The
+process entry point (settings -> StreamsConfig -> make_app, the codec, the LLM client, the
+processing-guarantee check, faust's web server) is the edge, ``infra/streams_worker.py``:
 
-``make_app`` builds an app from a frozen ``StreamsConfig`` and reads nothing else. The module
-attribute ``app`` (what ``faust -A streams.app`` looks up) is built on first access from
-``infra.settings.load_settings()`` (the one place that reads the environment) and the broker it
-resolves (``SEPA_BOOTSTRAP_SERVERS``, or the embedded broker started by ``sepa-eval up``); importing
-this module alone reads nothing and connects to nothing. With ``SEPA_OPENAI_BASE_URL`` and
-``SEPA_OPENAI_MODEL`` set, cluster summaries are rewritten by that OpenAI-compatible model
-(``llm_summarizer``); otherwise they are the feature summaries.
+    python -m faust -A infra.streams_worker worker --without-web -l info
 
 Faust settings that matter here (see /work/shared/notes/platform-facts.md):
 - ``broker_session_timeout=6``: against Tansu a worker otherwise takes ~30 s to start.
@@ -29,13 +26,18 @@ Faust settings that matter here (see /work/shared/notes/platform-facts.md):
 - Topics are raw bytes (``value_serializer="raw"``); we decode with schemas.codec ourselves.
   Faust declares no topics (``topic_allow_declare=False``, no leader topic): the catalog's topics
   come from ``infra.kafka_clients.ensure_topics`` with their partition counts.
-- The clusterer is global state: run it in exactly one worker (``run_clusterer=True`` in one
-  process only). The detector scales with rollout partitions: rollout.steps and rollout.episodes
-  are both keyed by episode_id with the same partition count, so an episode's events co-locate.
+- The clusterer is global state, made a singleton by partition ownership: it reads only
+  failures.episodes (one partition), so of the workers running it (``run_clusterer=True``) the
+  one holding that partition is active and the others stand by; a standby that gets the
+  partition restores itself from failures.clusters (``consumer_factory``: the edge builds the
+  confluent_kafka consumers that read it) and carries on with the same ids. The detector scales
+  with rollout partitions: rollout.steps and rollout.episodes are both keyed by episode_id with
+  the same partition count, so an episode's events co-locate.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +53,9 @@ from streams.failures.detector import DetectorConfig
 from streams.failures.embedding import EmbeddingConfig
 from streams.failures.router import DetectorStage, RouterConfig
 from streams.failures.summaries import FeatureDescriber, LlmSummarizer
+from streams.gate.agent import GateRunner, register_gate
+from streams.gate.gate import GateConfig, PromotionGate
+from streams.mutations.agent import MutatorConfig, MutatorRunner, register_mutator
 
 GUARANTEES = ("at_least_once", "exactly_once")
 # Why exactly_once is refused (the module docstring has the details).
@@ -59,34 +64,6 @@ EXACTLY_ONCE_REFUSED = ("exactly_once is refused: with faust-streaming 0.15.3 th
                         "topic group, see streams/app.py), and the embedded Tansu broker refuses aiokafka's "
                         "InitProducerId v0. Use at_least_once: restarts are lossless and re-emitted moments keep "
                         "their event ids, which the evidence log counts once")
-
-
-def processing_guarantee(settings) -> str:
-    """``settings.streams_processing_guarantee``, refused where it cannot work: exactly_once needs
-    Kafka transactions, which the embedded Tansu broker does not give aiokafka."""
-    guarantee = settings.streams_processing_guarantee
-    if guarantee == "exactly_once":
-        raise ConfigError(f"streams_processing_guarantee (SEPA_STREAMS_PROCESSING_GUARANTEE): {EXACTLY_ONCE_REFUSED}")
-    return guarantee
-
-
-def llm_summarizer(settings) -> LlmSummarizer | None:
-    """The cluster-summary model the settings name (``openai_base_url`` and ``openai_model``), or
-    None for feature summaries. Builds the OpenAI client; call it at the edge only."""
-    if settings.openai_base_url is None and settings.openai_model is None:
-        return None
-    if not settings.openai_base_url or not settings.openai_model:
-        raise ConfigError(f"LLM cluster summaries need both openai_base_url (SEPA_OPENAI_BASE_URL) and "
-                          f"openai_model (SEPA_OPENAI_MODEL), got {settings.openai_base_url!r} and "
-                          f"{settings.openai_model!r}")
-    if settings.openai_api_key is None:
-        raise ConfigError(f"LLM cluster summaries from {settings.openai_base_url} need an API key: set "
-                          "SEPA_OPENAI_API_KEY or OPENAI_API_KEY (any value for a server that checks none)")
-    import openai
-
-    client = openai.OpenAI(base_url=settings.openai_base_url,
-                           api_key=settings.openai_api_key.get_secret_value(), max_retries=1)
-    return LlmSummarizer(client, model=settings.openai_model)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,10 +78,16 @@ class StreamsConfig:
     web_enabled: bool = False  # faust's HTTP stats server (port 6066 per worker)
     batch_max: int = 1000  # events per agent batch
     batch_within_s: float = 0.2  # wait at most this long to fill a batch, s
-    tick_interval_s: float = 1.0  # time-based work (overdue ends, settled episodes), s
+    tick_interval_s: float = 1.0  # time-based work (overdue ends, the clusterer's restore and idle work), s
     stats_interval_s: float = 30.0  # stage counters are logged this often when they changed, s
     run_detector: bool = True
     run_clusterer: bool = True  # in exactly one worker
+    # The evolving loop's agents read the evidence log (make_app needs a store_factory for them);
+    # the streams worker `sepa-eval up` starts runs both (infra/streams_worker.py).
+    run_mutator: bool = False  # answers evolution cycles (benchmark.cycles: one partition, one mutator at a time)
+    run_gate: bool = False  # decides candidates (the worker holding benchmark.decisions' partition)
+    gate: GateConfig = field(default_factory=GateConfig)
+    mutator: MutatorConfig = field(default_factory=MutatorConfig)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     router: RouterConfig = field(default_factory=RouterConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
@@ -129,22 +112,29 @@ class StreamsConfig:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"StreamsConfig.{name} must be > 0, got {getattr(self, name)!r}")
 
-    @classmethod
-    def from_settings(cls, settings, bootstrap_servers: str, **overrides) -> StreamsConfig:
-        """From the project's Settings (infra.settings) and a resolved broker."""
-        return cls(bootstrap_servers=bootstrap_servers, topic_prefix=settings.topic_prefix,
-                   processing_guarantee=processing_guarantee(settings),
-                   broker_session_timeout_s=settings.session_timeout_ms / 1000.0,
-                   data_dir=settings.memory_dir / "faust", **overrides)
-
 
 def _raw_topic(app: faust.App, *names: str):
     return app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
 
-def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.App:
-    """A faust app running the failure agents ``config`` enables. ``llm`` (optional) rewrites
-    cluster summaries with a language model; it is built by the caller, never from the environment."""
+def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Codec | None = None,
+             consumer_factory: Callable[[dict], object] | None = None,
+             store_factory: Callable[[], object] | None = None, feasibility: Callable | None = None) -> faust.App:
+    """A faust app running the agents ``config`` enables. ``codec`` frames and reads every event
+    (the manifest's schema ids when None; the edge passes the one it built, with a Schema
+    Registry's ids when one is configured). ``llm`` (optional) rewrites cluster summaries with a
+    language model; ``consumer_factory(extra settings)`` returns a confluent_kafka Consumer for the
+    broker (the clusterer's restore reads its log with it; needed when it runs); ``store_factory()``
+    opens the evidence store (the mutator and the gate read the log through it; needed when they
+    run); ``feasibility(spec)`` is the mutator's pre-check (producers.sim.feasibility: the caller
+    imports the simulator, before faust takes over the process's stdout). All are built by the
+    caller, never from the environment (an LLM paraphraser comes inside ``config.mutator``)."""
+    if config.run_clusterer and consumer_factory is None:
+        raise ConfigError("make_app: the clusterer restores itself from failures.clusters and needs a "
+                          "consumer_factory (extra settings -> confluent_kafka Consumer), built at the edge")
+    if (config.run_mutator or config.run_gate) and store_factory is None:
+        raise ConfigError("make_app: the mutator and the gate read the evidence log and need a store_factory "
+                          "(-> EvidenceStore), built at the edge")
     config.data_dir.mkdir(parents=True, exist_ok=True)  # faust does not create its parent
     app = faust.App(
         config.app_id,
@@ -161,14 +151,15 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.A
         autodiscover=False,
     )
     prefix = config.topic_prefix
-    codec = Codec()
+    codec = codec or Codec()
     batching = Batching(config.batch_max, config.batch_within_s, config.tick_interval_s, config.stats_interval_s)
 
     def full(name: str) -> str:
         return BY_NAME[name].full_name(prefix)
 
     outputs = {name: _raw_topic(app, full(name))
-               for name in ("failures.moments", "failures.episodes", "failures.clusters", "deadletter")}
+               for name in ("failures.moments", "failures.episodes", "failures.clusters", "deadletter",
+                            "scenarios.candidates", "benchmark.cycles", "benchmark.decisions")}
     if config.run_detector:
         stage = DetectorStage(config.detector, config.router, prefix, config.run_id, codec=codec)
         register_detector(app, _raw_topic(app, full("rollout.steps"), full("rollout.episodes")), outputs, stage,
@@ -178,30 +169,16 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None) -> faust.A
         clusterer = OnlineFailureClusterer(config.clusterer, FeatureDescriber(config.embedding), config.run_id)
         stage = ClusterStage(clusterer, config.embedding, config.collector, prefix, config.run_id, codec=codec,
                              want_llm_summaries=llm is not None)
-        register_clusterer(app, _raw_topic(app, full("failures.moments"), full("rollout.episodes")), outputs,
-                           stage, batching, llm)
+        app.failure_clusterer_seat = register_clusterer(app, _raw_topic(app, full("failures.episodes")), outputs,
+                                                        stage, batching, consumer_factory, llm)
         app.failure_cluster_stage = stage
+    if config.run_mutator:
+        runner = MutatorRunner(store_factory, codec, config.mutator, check=feasibility)
+        register_mutator(app, _raw_topic(app, full("benchmark.cycles")), outputs, runner)
+        app.mutator = runner
+    if config.run_gate:
+        gate = GateRunner(store_factory, codec, PromotionGate(config.gate))
+        register_gate(app, _raw_topic(app, full("benchmark.decisions")), outputs, gate, config.tick_interval_s,
+                      prefix)
+        app.gate = gate
     return app
-
-
-def app_from_environment() -> faust.App:
-    """The edge: settings from the environment / config file, broker resolved like the CLI does."""
-    from infra.processes import resolve_bootstrap
-    from infra.settings import load_settings
-
-    settings = load_settings()
-    config = StreamsConfig.from_settings(settings, resolve_bootstrap(settings))
-    return make_app(config, llm=llm_summarizer(settings) if config.run_clusterer else None)
-
-
-_app: faust.App | None = None
-
-
-def __getattr__(name: str):
-    """``streams.app.app`` is built on first access (``faust -A streams.app`` asks for it)."""
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = app_from_environment()
-        return _app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,8 @@
     event, dead = intake.decode(raw)          # exactly one of them is None
     dead = intake.dead_letter(raw, reason)    # for an event decoded fine but refused later
 
-A message is refused when it is not a framed Avro event of its topic's event types, or when a
+A message is refused when it is not a framed Avro event of its topic's event types (the reason
+is ``schemas.codec``'s, the same text the evidence sink gives the same bytes), or when a
 physical signal is not finite (``schemas.codec.require_finite`` on the top-level fields, and here
 also inside nested records: object poses, contacts, quality). The refused message is kept whole in
 a DeadLetter event (schemas/avro/DeadLetter.avsc) with its topic, partition, offset, key and the
@@ -91,15 +92,13 @@ class Intake:
 
     def decode(self, raw: RawMessage) -> tuple[dict | None, dict | None]:
         try:
-            event = self.codec.decode(raw.value)
+            # With the topic, decode refuses an event type the topic does not carry before reading
+            # the body: the same checks in the same order as the evidence sink, the same reasons.
+            event = self.codec.decode(raw.value, self.expected.get(raw.topic))
             require_finite(event)
         except SchemaError as exc:
             return None, self.dead_letter(raw, str(exc))
         event_type = event["envelope"]["event_type"]
-        topic = self.expected.get(raw.topic)
-        if topic is not None and event_type not in topic.event_types:
-            return None, self.dead_letter(raw, f"{event_type} does not belong on {raw.topic} "
-                                               f"(expects {', '.join(topic.event_types)})")
         bad = _nested_non_finite(event, event_type)
         if bad:
             return None, self.dead_letter(raw, f"{event_type} {event['envelope']['event_id']}: {bad} is not finite")

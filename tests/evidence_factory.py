@@ -65,16 +65,22 @@ class EvidenceLog:
 
     def episode(self, model_id: str, scenario: dict, seed: int, success: bool, *, termination: str | None = None,
                 request_id: str | None = None, quality: dict | None = None, keyframe: str | None = None,
-                moments: Iterable[tuple[str, int, int]] = (), steps: int = 50, run_id: str | None = None,
-                analysed: bool = True) -> str:
-        """EpisodeStarted, EpisodeEnded, a FailureMoment per (type, step, recovered_step) and the
-        EpisodeAnalysed. Returns the episode id."""
+                moments: Iterable[tuple] = (), steps: int = 50, run_id: str | None = None,
+                analysed: bool = True, model_version: str = "1", variant: str = "", started: bool = True) -> str:
+        """EpisodeStarted, EpisodeEnded, a FailureMoment per (type, step, recovered_step[, recovery])
+        and the EpisodeAnalysed (its moments with their recovery: "regrasped" unless named, "" when
+        recovered_step < 0). ``started=False`` leaves the EpisodeStarted out. Returns the episode id."""
         scenario_id = scenario["scenario_id"]
-        episode_id = "ep-" + stable_id(scenario_id, model_id, seed, request_id or run_id or self.run_id)[:24]
-        self._emit("EpisodeStarted", (episode_id,), "recorder", run_id=run_id, episode_id=episode_id,
-                   request_id=request_id, benchmark="robosuite", task=scenario["env_name"], scenario_id=scenario_id,
-                   scenario=scenario, instruction=scenario["instruction"], model_id=model_id, model_version="1",
-                   seed=seed, variant="", simulator="mujoco-3.9.0")
+        identity = (model_version,) if model_version != "1" else ()
+        identity += (variant,) if variant else ()
+        episode_id = "ep-" + stable_id(scenario_id, model_id, seed, request_id or run_id or self.run_id,
+                                       *identity)[:24]
+        if started:
+            self._emit("EpisodeStarted", (episode_id,), "recorder", run_id=run_id, episode_id=episode_id,
+                       request_id=request_id, benchmark="robosuite", task=scenario["env_name"],
+                       scenario_id=scenario_id, scenario=scenario, instruction=scenario["instruction"],
+                       model_id=model_id, model_version=model_version, seed=seed, variant=variant,
+                       simulator="mujoco-3.9.0")
         quality = {**QUALITY, "time_to_success": steps if success else None, **(quality or {})}
         termination = termination or ("success" if success else "timeout")
         ended = self._emit("EpisodeEnded", (episode_id,), "recorder", run_id=run_id, episode_id=episode_id,
@@ -82,14 +88,15 @@ class EvidenceLog:
                            steps=steps, total_reward=float(success), quality=quality, error=None,
                            final_keyframe_sha256=keyframe)
         outcomes = []
-        for failure_type, step, recovered_step in moments:
+        for failure_type, step, recovered_step, *named in moments:
             moment = self._emit("FailureMoment", (episode_id, failure_type, step), "detector", at=ended["envelope"]
                                 ["event_time"], run_id=run_id, episode_id=episode_id, scenario_id=scenario_id,
                                 model_id=model_id, failure_type=failure_type, step=step, severity=0.5,
                                 features={"eef_x": 0.1}, detector_version="test")
+            recovery = (named[0] if named else "regrasped") if recovered_step >= 0 else ""
             outcomes.append({"moment_id": moment["envelope"]["event_id"], "failure_type": failure_type, "step": step,
                              "severity": 0.5, "features": {"eef_x": 0.1}, "recovered_step": recovered_step,
-                             "recovery": "regrasped" if recovered_step >= 0 else ""})
+                             "recovery": recovery})
         if analysed:
             self._emit("EpisodeAnalysed", (episode_id,), "detector", at=ended["envelope"]["event_time"],
                        run_id=run_id, episode_id=episode_id, scenario_id=scenario_id, model_id=model_id,

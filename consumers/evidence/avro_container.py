@@ -9,47 +9,25 @@ from __future__ import annotations
 
 import os
 
+from schemas.codec import encode_long, read_long, read_string
 
-def _long(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)  # zigzag
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+__all__ = ["object_container", "read_long", "read_string"]
 
 
 def _bytes(b: bytes) -> bytes:
-    return _long(len(b)) + b
+    return encode_long(len(b)) + b
 
 
-def object_container(schema_json: str, bodies: list[bytes]) -> bytes:
-    """One container with one block holding every body, uncompressed."""
+def object_container(schema_json: str, bodies: list, count: int | None = None) -> bytes:
+    """One container with one block holding every body, uncompressed.
+
+    bodies are bytes-like; with count, they are the pieces of count records (a body and what the
+    writer schema appends to it), concatenated in order."""
     # A random sync marker: a body that is longer or shorter than it claims cannot realign by chance.
     sync = os.urandom(16)
-    metadata = (_long(2) + _bytes(b"avro.schema") + _bytes(schema_json.encode())
-                + _bytes(b"avro.codec") + _bytes(b"null") + _long(0))
-    payload = b"".join(bodies)
-    return b"Obj\x01" + metadata + sync + _long(len(bodies)) + _long(len(payload)) + payload + sync
-
-
-def read_long(data: bytes, pos: int) -> tuple[int, int]:
-    """Decode one zigzag varint at pos; returns (value, next position). IndexError if truncated."""
-    shift = result = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def read_string(data: bytes, pos: int) -> tuple[bytes, int]:
-    length, pos = read_long(data, pos)
-    if length < 0 or pos + length > len(data):
-        raise ValueError(f"string of length {length} runs past the end of a {len(data)}-byte message")
-    return data[pos:pos + length], pos + length
+    metadata = (encode_long(2) + _bytes(b"avro.schema") + _bytes(schema_json.encode())
+                + _bytes(b"avro.codec") + _bytes(b"null") + encode_long(0))
+    records = len(bodies) if count is None else count
+    size = sum(map(len, bodies))
+    # One join: the bodies are copied once (a batch is megabytes).
+    return b"".join([b"Obj\x01", metadata, sync, encode_long(records), encode_long(size), *bodies, sync])

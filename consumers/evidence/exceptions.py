@@ -15,3 +15,11 @@ class StoreQueryError(EvidenceError):
 
 class MigrationError(EvidenceError):
     """A migration file is malformed or was changed after it was applied."""
+
+
+class ConsumerFailed(EvidenceError):
+    """The sink's Kafka consumer reported an error it was told not to carry on from."""
+
+
+class ReplayError(EvidenceError):
+    """A rebuild cannot read the topics: the broker unreachable, a topic missing, a consumer error."""

@@ -1,119 +1,113 @@
 """The evidence sink: every topic -> one append-only ClickHouse table per topic.
 
-At least once, counted once: a batch is inserted, then (and only then) its offsets are committed;
-a crash in between re-delivers the batch and the tables' (key, event_id) dedup absorbs it.
+    sink = EvidenceSink(store, consumer, producer, codec, topic_prefix)   # clients built at the edge
+    sink.run(stop)                                                        # until stop is set
 
-Fast path: each message's 5-byte Confluent header and the envelope's first two fields are checked
-in Python, then the raw Avro bodies go to ClickHouse in an object container and its C++ parser
-does the decoding. If ClickHouse rejects a container, the batch is decoded message by message in
-Python to find the bad ones; those go to the dead-letter topic with the reason, the rest land.
+At least once, counted once: a batch is stored, its dead letters acknowledged, then (and only
+then) its offsets are committed; a crash in between re-delivers the batch, and the re-delivered
+copies are recognised as duplicates and stored once.
+
+Fast path: each message's framing and the envelope's first two fields are checked in Python
+(``Codec.frame``, the same checks and reasons as every other consumer), then the raw Avro bodies
+go to ClickHouse in an object container and its C++ parser does the decoding (staging.py). A
+message written with an older schema version is upcast in Python first (TopicGate).
+
+How a message with a known event id is decided (an event id names one content forever):
+- "Known" means stored in the topic's table under the same key, or earlier in the same batch.
+  Event ids derive from natural keys that include the message key, so both copies of an id sit
+  under one key, on one partition, read in order by one sink: the first copy in partition order
+  is the one kept, live and in a replay alike. An id reused under another key is only seen
+  when both copies share a batch (RolloutRequested, whose id comes from the request id and whose
+  key is the scenario, is today's one event type where that could happen).
+- Content is every column except envelope.event_time and _ingested_at, compared as typed values
+  in ClickHouse after the upcast, so it does not depend on the schema version that wrote it.
+- Same content (a byte-identical re-delivery, or a re-emission at another event_time): a
+  duplicate, counted once, not dead-lettered.
+- Different content: a conflict. The first content stays; the message is dead-lettered with
+  its original bytes and a reason naming the event id, the table and the columns that differ.
+
+Dead letters: a message that fails the cheap checks, that Python cannot decode, or that
+ClickHouse refuses (its own error text; the bad ones are isolated by inserting halves) goes to the
+deadletter topic; the rest of its batch lands. A dead letter about a message on the deadletter
+topic itself, or any dead letter when the sink has no producer (a replay, whose topics already
+hold their dead letters), is stored straight into the dead_letters table instead. An error that
+is the store's (unreachable, out of memory) is raised and nothing is committed.
+
+Consumer errors (for example UNKNOWN_TOPIC_OR_PART while a topic does not exist yet) are not
+messages: the live sink logs them and carries on; with ``fail_on_consumer_error`` (a replay) the
+first one stops the run with ConsumerFailed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import threading
 import time
+import uuid
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from consumers.evidence.avro_container import read_string
-from consumers.evidence.store import EvidenceStore, insert_bodies
-from infra.kafka_clients import consumer_config, make_producer
-from schemas.catalog import TOPICS, Topic
+from consumers.evidence.exceptions import ConsumerFailed
+from consumers.evidence.staging import Accepted, Pending, StagedTable, TableOutcome
+from consumers.evidence.store import EvidenceStore
+from schemas.catalog import BY_NAME, TOPICS, Topic
 from schemas.codec import Codec, SchemaIds
 from schemas.events import dead_letter as dead_letter_event
 from schemas.exceptions import DecodeError, SchemaError
-from schemas.manifest import current_manifest
 
 log = logging.getLogger(__name__)
 
 SINK_NAME = "evidence-sink"
 GROUP_ID = "sepa-evidence-sink"
+CONSUMER_ERROR_LOG_EVERY_S = 60.0  # the same consumer error on the same topic is logged at most this often
+DEADLETTER = BY_NAME["deadletter"]
+
+__all__ = ["Accepted", "BatchStats", "EvidenceSink", "Refused", "TopicGate", "triage"]
 
 
-@dataclass(frozen=True)
-class Accepted:
-    table: str
-    schema_id: int
-    event_id: bytes
-    body: bytes
-
-
-@dataclass(frozen=True)
-class Refused:
+class Refused(NamedTuple):
     reason: str
 
 
 class TopicGate:
-    """The cheap checks for one topic: framing, a known schema id, an event type this topic carries,
-    an envelope whose event_id is not empty and whose event_type matches the schema id.
+    """The cheap checks for one topic (schemas.codec.Codec.frame): framing, a known schema id, an
+    event type this topic carries, an envelope whose event_id is not empty and whose event_type
+    matches the schema id. Runs once per message on the hot path; the body is not decoded.
 
-    This runs once per message on the hot path, so the envelope's first two Avro strings are read
-    by hand: for each schema id the topic accepts we precompute the exact bytes its event_type
-    field must hold.
+    A message written with an older version of its schema is decoded in Python (Avro resolution
+    fills the fields it lacks with the current schema's defaults) and re-encoded with the current
+    version, so the table holds what the contract says the event is, whichever version wrote it.
     """
 
-    def __init__(self, topic: Topic, schema_ids: SchemaIds):
+    def __init__(self, topic: Topic, codec: Codec):
         self.topic = topic
-        self.schema_ids = schema_ids
-        self._expected: dict[int, bytes] = {}  # schema id -> the event_type bytes it requires
-
-    def _expected_type(self, schema_id: int) -> bytes | None:
-        if schema_id not in self._expected:
-            try:
-                version = self.schema_ids.by_id(schema_id)
-            except SchemaError:
-                return None
-            if version.event_type not in self.topic.event_types:
-                return None
-            self._expected[schema_id] = _avro_string(version.event_type.encode())
-        return self._expected[schema_id]
+        self.codec = codec
+        self._current: dict[str, int] = {}  # event type -> its current schema id
 
     def check(self, value: bytes | None) -> Accepted | Refused:
-        if value is None or len(value) < 7:
-            return Refused(f"message of {len(value or b'')} bytes is too short for a framed event")
-        if value[0] != 0:
-            return Refused(f"magic byte {value[0]} is not the Confluent framing byte 0")
-        schema_id = int.from_bytes(value[1:5], "big")
-        expected_type = self._expected.get(schema_id) or self._expected_type(schema_id)
-        if expected_type is None:
-            return Refused(self._why_not_accepted(schema_id))
         try:
-            event_id, pos = read_string(value, 5)
-        except (IndexError, ValueError) as exc:
-            return Refused(f"unreadable envelope.event_id: {exc}")
-        if not event_id:
-            return Refused("empty envelope.event_id")
-        if not value.startswith(expected_type, pos):
-            event_type = self.schema_ids.by_id(schema_id).event_type
-            return Refused(f"envelope.event_type does not say {event_type}, which schema id {schema_id} is")
-        return Accepted(self.topic.table, schema_id, event_id, value[5:])
-
-    def _why_not_accepted(self, schema_id: int) -> str:
-        try:
-            event_type = self.schema_ids.by_id(schema_id).event_type
-        except SchemaError as exc:
-            return str(exc)
-        return f"{event_type} (schema id {schema_id}) does not belong on topic {self.topic.name}"
-
-
-def _avro_string(raw: bytes) -> bytes:
-    n = len(raw) << 1  # zigzag of a non-negative length
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out) + raw
+            frame = self.codec.frame(value, self.topic)
+        except DecodeError as exc:
+            return Refused(str(exc))
+        event_type = frame.writer.event_type
+        current = self._current.get(event_type)
+        if current is None:
+            current = self._current[event_type] = self.codec.schema_ids.latest(event_type).schema_id
+        if frame.writer.schema_id != current:
+            try:
+                value = self.codec.encode(self.codec.decode(value, self.topic))
+            except SchemaError as exc:
+                return Refused(str(exc))
+        return Accepted(self.topic.table, current, frame.event_id, value)
 
 
 def triage(value: bytes | None, topic: Topic, schema_ids: SchemaIds) -> Accepted | Refused:
-    return TopicGate(topic, schema_ids).check(value)
+    return TopicGate(topic, Codec(schema_ids)).check(value)
 
 
 @dataclass
@@ -122,153 +116,197 @@ class BatchStats:
     last_commit_at: float | None = None
     consumed: int = 0
     stored: int = 0
+    duplicates: int = 0  # known ids with the same content: counted once, not stored again
+    conflicts: int = 0  # known ids with another content: dead-lettered (also counted in dead_lettered)
     dead_lettered: int = 0
+    consumer_errors: int = 0
     reasons: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Prepared:
+    """One batch after the cheap checks: accepted messages per table, and the sink's own dead
+    letters that go straight into the dead_letters table."""
+
+    stats: BatchStats
+    tables: dict[str, list[Pending]]
+    direct: list[bytes] = field(default_factory=list)  # framed DeadLetter events
+
+
 class EvidenceSink:
-    def __init__(self, store: EvidenceStore, bootstrap: str, topic_prefix: str, session_timeout_ms: int,
-                 batch_max: int = 20000, linger_ms: int = 200, run_id: str = "sink",
-                 group_id: str = GROUP_ID, schema_ids: SchemaIds | None = None,
-                 publish_dead_letters: bool = True):
+    """Consumes every catalog topic into the store.
+
+    consumer: a confluent Consumer built at the edge (its group, offsets reset to earliest,
+    auto-commit off); the sink subscribes it and closes it when run() returns.
+    producer: for dead letters; None stores them straight into the dead_letters table (a replay).
+    """
+
+    def __init__(self, store: EvidenceStore, consumer: Consumer, producer: Producer | None, codec: Codec,
+                 topic_prefix: str, batch_max: int = 20000, linger_ms: int = 200, run_id: str = "sink",
+                 fail_on_consumer_error: bool = False):
         self.store = store
-        self.bootstrap = bootstrap
+        self.consumer = consumer
+        self.producer = producer
+        self.codec = codec
         self.prefix = topic_prefix
         self.batch_max = batch_max
         self.linger_s = linger_ms / 1000
         self.run_id = run_id
-        self.schema_ids = schema_ids or current_manifest()
-        # A replay rebuilds a store from topics that already hold their dead letters: it stores the
-        # verdicts it reaches directly rather than publishing them a second time.
-        self.publish_dead_letters = publish_dead_letters
-        self.codec = Codec(self.schema_ids)
-        self.consumer = Consumer(consumer_config(bootstrap, group_id, session_timeout_ms))
-        self.producer = make_producer(bootstrap)
-        self._schema_json: dict[int, str] = {}
-        self._gates = {t.full_name(topic_prefix): TopicGate(t, self.schema_ids) for t in TOPICS}
+        self.fail_on_consumer_error = fail_on_consumer_error
+        self.deadletter_topic = DEADLETTER.full_name(topic_prefix)
+        self._gates = {t.full_name(topic_prefix): TopicGate(t, codec) for t in TOPICS}
+        instance = uuid.uuid4().hex[:12]  # staging tables are this sink's own
+        self._tables = {t.table: StagedTable(store, t, codec, instance) for t in TOPICS}
+        self._error_logged: dict[tuple, float] = {}
         self.totals = BatchStats()
 
     def topics(self) -> list[str]:
         return [t.full_name(self.prefix) for t in TOPICS]
 
-    def run(self, stop: threading.Event, idle_exit_s: float | None = None) -> BatchStats:
+    def run(self, stop: threading.Event, idle_exit_s: float | None = None,
+            join_timeout_s: float | None = None) -> BatchStats:
         """Consume until stop is set (or, with idle_exit_s, until nothing arrived for that long).
+        With join_timeout_s, raise ConsumerFailed when no partition is assigned within that time.
 
-        Two stages overlap: while ClickHouse inserts batch k (in a worker thread; chDB and
+        Two stages overlap: while ClickHouse stores batch k (in a worker thread; chDB and
         librdkafka release the GIL), this thread consumes and checks batch k+1. Batch k's offsets
-        are committed only once its insert returned, and always before batch k+1's.
+        are committed only once it is stored, and always before batch k+1's.
         """
         assigned = threading.Event()
         self.consumer.subscribe(self.topics(), on_assign=lambda consumer, parts: assigned.set())
-        last_message = time.monotonic()
+        started = last_message = time.monotonic()
         in_flight: Future | None = None
         try:
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink-insert") as inserter:
                 while not stop.is_set():
-                    messages = self.consumer.consume(num_messages=self.batch_max, timeout=self.linger_s)
-                    messages = [m for m in messages if not _skippable_error(m)]
+                    messages = self._messages(self.consumer.consume(num_messages=self.batch_max,
+                                                                    timeout=self.linger_s))
                     batch = self.prepare(messages) if messages else None
                     if in_flight is not None:
                         self.finish(*in_flight.result())
                         in_flight = None
+                    now = time.monotonic()
                     if batch is not None:
-                        last_message = time.monotonic()
+                        last_message = now
                         in_flight = inserter.submit(lambda b=batch, m=messages: (self.store_batch(b), m))
                     elif not assigned.is_set():
-                        last_message = time.monotonic()  # idleness counts from the group join
-                    elif idle_exit_s is not None and time.monotonic() - last_message > idle_exit_s:
+                        if join_timeout_s is not None and now - started > join_timeout_s:
+                            raise ConsumerFailed(f"no partition of {self.prefix}* was assigned within "
+                                                 f"{join_timeout_s:.0f} s")
+                        last_message = now  # idleness counts from the group join
+                    elif idle_exit_s is not None and now - last_message > idle_exit_s:
                         break
                 if in_flight is not None:
                     self.finish(*in_flight.result())
         finally:
-            self.consumer.close()
-            self.producer.flush(10)
+            try:
+                self.consumer.close()
+                if self.producer is not None:
+                    self.producer.flush(10)
+            finally:
+                self._drop_staging()
         return self.totals
 
     def process(self, messages: list[Message]) -> BatchStats:
         """Store one batch, dead-letter what cannot be stored, then commit the batch's offsets."""
+        messages = self._messages(messages)
         stats = self.store_batch(self.prepare(messages))
         self.finish(stats, messages)
         return stats
 
-    def prepare(self, messages: list[Message]) -> tuple[BatchStats, dict]:
-        """The cheap checks; refused messages are dead-lettered here, the rest grouped per insert."""
-        stats = BatchStats(consumed=len(messages))
+    def prepare(self, messages: list[Message]) -> Prepared:
+        """The cheap checks; refused messages are dead-lettered here, the rest grouped per table."""
+        prepared = Prepared(BatchStats(consumed=len(messages)), defaultdict(list))
         if self.totals.first_message_at is None:
             self.totals.first_message_at = time.monotonic()
-        groups: dict[tuple[str, int], list[tuple[Message, Accepted]]] = defaultdict(list)
-        for msg in messages:
-            if msg.error():
-                self._dead_letter(msg, f"consumer error: {msg.error()}", stats)
-                continue
+        for seq, msg in enumerate(messages):
             verdict = self._gates[msg.topic()].check(msg.value())
-            # No dedup here: a copy that looks valid now may fail in ClickHouse later, and must not
-            # have displaced a good copy. The tables' (key, event_id) dedup counts it once.
             if isinstance(verdict, Refused):
-                self._dead_letter(msg, verdict.reason, stats)
+                self._dead_letter(msg, verdict.reason, prepared)
             else:
-                groups[(verdict.table, verdict.schema_id)].append((msg, verdict))
-        return stats, groups
+                prepared.tables[verdict.table].append(Pending(seq, msg, verdict))
+        return prepared
 
-    def store_batch(self, prepared: tuple[BatchStats, dict]) -> BatchStats:
-        stats, groups = prepared
-        for (table, schema_id), items in groups.items():
-            self._insert_group(table, schema_id, items, stats)
+    def store_batch(self, prepared: Prepared) -> BatchStats:
+        stats = prepared.stats
+        for table, items in prepared.tables.items():
+            outcome = self._tables[table].write(items)
+            self._account(outcome, stats)
+            for item, reason in outcome.conflicts + outcome.refused:
+                self._dead_letter(item.msg, reason, prepared)
+        if prepared.direct:
+            self._store_direct(prepared.direct, stats)
         return stats
 
     def finish(self, stats: BatchStats, messages: list[Message]) -> None:
         """Dead letters acknowledged, then offsets committed: the batch is done."""
-        if stats.dead_lettered:
+        if stats.dead_lettered and self.producer is not None:
             remaining = self.producer.flush(30)
             if remaining:
                 raise RuntimeError(f"{remaining} dead letters unacknowledged; not committing the batch")
         self._commit(messages)
         self.totals.last_commit_at = time.monotonic()
         self._add_to_totals(stats)
-        log.info("committed batch of %d: stored %d, dead-lettered %d (total stored %d)",
-                 stats.consumed, stats.stored, stats.dead_lettered, self.totals.stored)
+        log.info("committed batch of %d: stored %d, duplicates %d, dead-lettered %d (total stored %d)",
+                 stats.consumed, stats.stored, stats.duplicates, stats.dead_lettered, self.totals.stored)
 
-    def _insert_group(self, table: str, schema_id: int, items: list, stats: BatchStats) -> None:
-        schema_json = self._schema_json_for(schema_id)
-        try:
-            insert_bodies(self.store, table, schema_json, [a.body for _, a in items])
-            stats.stored += len(items)
-            return
-        except Exception as exc:
-            log.warning("container insert into %s refused (%s); checking %d messages one by one",
-                        table, str(exc)[:200], len(items))
-        good = []
-        for msg, accepted in items:
-            try:
-                self.codec.decode(msg.value())
-                good.append((msg, accepted))
-            except DecodeError as exc:
-                self._dead_letter(msg, str(exc), stats)
-        if good:
-            # A failure here is the store's, not the data's: let it propagate so nothing is committed.
-            insert_bodies(self.store, table, schema_json, [a.body for _, a in good])
-            stats.stored += len(good)
+    # --- internals --------------------------------------------------------------------------
 
-    def _schema_json_for(self, schema_id: int) -> str:
-        if schema_id not in self._schema_json:
-            self._schema_json[schema_id] = json.dumps(self.schema_ids.by_id(schema_id).schema)
-        return self._schema_json[schema_id]
+    def _messages(self, consumed: list[Message]) -> list[Message]:
+        """The messages among what consume() returned; its error events are not messages."""
+        messages = []
+        for msg in consumed:
+            err = msg.error()
+            if err is None:
+                messages.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self._consumer_error(msg, err)
+        return messages
 
-    def _dead_letter(self, msg: Message, reason: str, stats: BatchStats) -> None:
+    def _consumer_error(self, msg: Message, err: KafkaError) -> None:
+        self.totals.consumer_errors += 1
+        text = f"consumer error on {msg.topic() or 'the consumer'}: {err.str()} ({err.name()})"
+        if self.fail_on_consumer_error or err.fatal():
+            raise ConsumerFailed(text)
+        key = (msg.topic(), err.code())
+        now = time.monotonic()
+        if now - self._error_logged.get(key, -math.inf) >= CONSUMER_ERROR_LOG_EVERY_S:
+            self._error_logged[key] = now
+            log.warning("%s; carrying on", text)
+
+    def _account(self, outcome: TableOutcome, stats: BatchStats) -> None:
+        stats.stored += outcome.stored
+        stats.duplicates += outcome.duplicates
+        stats.conflicts += len(outcome.conflicts)
+
+    def _dead_letter(self, msg: Message, reason: str, prepared: Prepared) -> None:
+        stats = prepared.stats
         stats.dead_lettered += 1
         stats.reasons.append(reason)
         log.warning("dead-letter %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), reason)
         _, timestamp_ms = msg.timestamp()
         event = dead_letter_event(SINK_NAME, self.run_id, msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                            msg.value(), reason, timestamp_ms)
+                                  msg.value(), reason, timestamp_ms)
         framed = self.codec.encode(event)
-        deadletter_topic = f"{self.prefix}deadletter"
-        if msg.topic() == deadletter_topic or not self.publish_dead_letters:
-            # Re-publishing would loop forever; store the verdict directly instead.
-            insert_bodies(self.store, "dead_letters", self._schema_json_for(int.from_bytes(framed[1:5], "big")),
-                          [framed[5:]])
+        if self.producer is None or msg.topic() == self.deadletter_topic:
+            prepared.direct.append(framed)  # re-publishing a dead letter's dead letter would loop
         else:
-            self.producer.produce(deadletter_topic, key=msg.topic().encode(), value=framed)
+            self.producer.produce(self.deadletter_topic, key=msg.topic().encode(), value=framed)
+
+    def _store_direct(self, framed: list[bytes], stats: BatchStats) -> None:
+        """The sink's own dead letters, through the same checks as every stored event."""
+        gate = self._gates[self.deadletter_topic]
+        items = []
+        for value in framed:
+            verdict = gate.check(value)
+            if isinstance(verdict, Refused):  # our own encoding: a bug, not data
+                raise RuntimeError(f"the sink's own dead letter fails its checks: {verdict.reason}")
+            items.append(Pending(len(items), None, verdict))
+        outcome = self._tables[DEADLETTER.table].write(items)
+        self._account(outcome, stats)
+        for item, reason in outcome.conflicts + outcome.refused:
+            # A verdict that contradicts an earlier verdict on the same message: keep the first.
+            log.warning("own dead letter %s not stored: %s", item.accepted.event_id.decode(), reason)
 
     def _commit(self, messages: list[Message]) -> None:
         last: dict[tuple[str, int], int] = {}
@@ -280,12 +318,12 @@ class EvidenceSink:
             self.consumer.commit(offsets=offsets, asynchronous=False)
 
     def _add_to_totals(self, stats: BatchStats) -> None:
-        self.totals.consumed += stats.consumed
-        self.totals.stored += stats.stored
-        self.totals.dead_lettered += stats.dead_lettered
+        for name in ("consumed", "stored", "duplicates", "conflicts", "dead_lettered"):
+            setattr(self.totals, name, getattr(self.totals, name) + getattr(stats, name))
 
-
-def _skippable_error(msg: Message) -> bool:
-    err = msg.error()
-    return err is not None and err.code() == KafkaError._PARTITION_EOF
-
+    def _drop_staging(self) -> None:
+        for table in self._tables.values():
+            try:
+                table.drop()
+            except Exception as exc:  # the store may be the reason run() is ending
+                log.warning("could not drop staging table %s: %s", table.staging, exc)

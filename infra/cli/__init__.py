@@ -4,6 +4,7 @@ Usage:
     sepa-eval up                 # embedded broker, pipeline, streams and rollout workers in the background
     sepa-eval run                # the whole loop, on the embedded default
     sepa-eval status [--json]    # processes, topics and evidence counts
+    sepa-eval rollout --model oracle --episodes 5   # served by the rollout worker `up` started
     sepa-eval synth --episodes 100 --steps 200 --seed 7
     sepa-eval replay --verify    # rebuild the store from the topics; exit 1 if the state differs
     sepa-eval replay --republish # store -> topics (the embedded broker forgets on restart)
@@ -14,25 +15,33 @@ Global options come before the command: `sepa-eval --memory-dir /tmp/m status`.
 
 The commands live by area: stack.py (up, down, status, topics), events.py (synth, sink, replay,
 sync-models, rollout, rollout-worker), loop.py (run), read.py (report). Each command builds what
-it needs from the settings here, at the edge; command functions do not call each other.
+it needs from the settings here, at the edge: the settings, one codec per process (``codec_of``),
+the clients and the store. Command functions do not call each other; what several commands do
+lives in infra/orchestrator.py and infra/processes.py.
+
+Errors go to ``err``: one line per error where the error is one line, never wrapped at the
+terminal's width, never styled when stderr is not a terminal, and never read as rich markup.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from infra.kafka_clients import make_producer
+from infra.kafka_clients import make_codec, make_producer
 from infra.settings import Settings, load_settings
 from producers.publisher import Publisher
 from schemas.codec import Codec
-from schemas.registry import schema_ids_for
 
 app = typer.Typer(help="SEPA-Eval: a robot-policy benchmark that gets harder by itself.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-console = Console()
+                  no_args_is_help=True, pretty_exceptions_enable=False,
+                  # Usage errors in rich's boxes wrap at the terminal's width: plain text off a terminal.
+                  rich_markup_mode="rich" if sys.stderr.isatty() else None)
+console = Console(soft_wrap=True)
 # Errors are read by people and grepped by scripts: never wrapped at the terminal's width (rich
 # wraps at 80 columns when stderr is not a terminal) and, off a terminal, never styled.
 err = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -43,34 +52,46 @@ def main(ctx: typer.Context,
          memory_dir: Path | None = typer.Option(None, "--memory-dir", help="default ./eval_memory or SEPA_MEMORY_DIR"),
          config: Path | None = typer.Option(None, "--config", help="TOML settings file (or SEPA_CONFIG)")):
     try:
-        ctx.obj = load_settings(config_file=config, memory_dir=memory_dir)
+        settings = load_settings(config_file=config, memory_dir=memory_dir)
     except (ValueError, FileNotFoundError) as exc:
-        err.print(f"[red]bad configuration:[/red] {exc}")
+        err.print(f"[red]bad configuration:[/red] {escape(_one_line(exc))}")
         raise typer.Exit(2) from exc
+    ctx.obj = Edge(settings)
 
 
-def _publisher(settings: Settings, bootstrap: str) -> Publisher:
-    codec = Codec(schema_ids_for(settings.schema_registry_url))
-    return Publisher(make_producer(bootstrap), settings.topic_prefix, codec)
+class Edge:
+    """What a command builds from the settings, once per process."""
 
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._codec: Codec | None = None
 
-def _fail(exc: Exception) -> None:
-    err.print(f"[red]error:[/red] {exc}")
-    raise typer.Exit(1)
+    @property
+    def codec(self) -> Codec:
+        if self._codec is None:
+            self._codec = make_codec(self.settings)
+        return self._codec
 
 
 def settings_of(ctx: typer.Context) -> Settings:
-    return ctx.obj
+    return ctx.obj.settings
 
 
-def make_publisher(settings: Settings, bootstrap: str) -> Publisher:
-    codec = Codec(schema_ids_for(settings.schema_registry_url))
+def codec_of(ctx: typer.Context) -> Codec:
+    return ctx.obj.codec
+
+
+def make_publisher(settings: Settings, bootstrap: str, codec: Codec) -> Publisher:
     return Publisher(make_producer(bootstrap), settings.topic_prefix, codec)
 
 
-def fail(exc: Exception) -> None:
-    err.print(f"[red]error:[/red] {exc}")
-    raise typer.Exit(1)
+def fail(exc: Exception, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {escape(str(exc))}")
+    raise typer.Exit(code)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 from infra.cli import events, loop, read, stack  # noqa: E402,F401  (registers the commands)

@@ -9,19 +9,21 @@ import threading
 from pathlib import Path
 
 import typer
-from rich.progress import Progress
+from confluent_kafka import Consumer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from consumers import replay as replay_mod
 from consumers.evidence.exceptions import EvidenceError
-from consumers.evidence.sink import EvidenceSink
-from infra import processes
-from infra.cli import app, console, err, fail, make_publisher, settings_of
-from infra.exceptions import InfraError
-from infra.kafka_clients import ensure_topics
+from consumers.evidence.sink import GROUP_ID, EvidenceSink
+from infra import orchestrator, processes
+from infra.cli import app, codec_of, console, err, fail, make_publisher, settings_of
+from infra.exceptions import InfraError, NotRunning
+from infra.kafka_clients import consumer_config, ensure_topics, make_producer, producer_config
+from infra.settings import Settings
 from producers.exceptions import ProducerError
 from producers.synthetic import episodes as synthetic_episodes
-from schemas.registry import schema_ids_for
 
 
 @app.command()
@@ -30,9 +32,9 @@ def synth(ctx: typer.Context, episodes: int = typer.Option(20, min=1), steps: in
     """Publish schema-valid synthetic episodes and steps (deterministic by --seed)."""
     settings = settings_of(ctx)
     try:
-        publisher = make_publisher(settings, processes.resolve_bootstrap(settings))
+        publisher = make_publisher(settings, processes.require_bootstrap(settings), codec_of(ctx))
         total = episodes * (steps + 2)
-        with Progress(console=console, transient=True) as progress:
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task("publishing", total=total)
             for i, event in enumerate(synthetic_episodes(episodes, steps, seed, run_id or f"synth-{seed}")):
                 publisher.publish(event)
@@ -51,10 +53,11 @@ def sink(ctx: typer.Context, until_idle: float | None = typer.Option(
     settings = settings_of(ctx)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        bootstrap = processes.require_bootstrap(settings)
         store = processes.open_store(settings)
-        worker = EvidenceSink(store, processes.resolve_bootstrap(settings), settings.topic_prefix,
-                              settings.session_timeout_ms, settings.sink_batch_max, settings.sink_linger_ms,
-                              schema_ids=schema_ids_for(settings.schema_registry_url))
+        worker = EvidenceSink(store, Consumer(consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms)),
+                              make_producer(bootstrap), codec_of(ctx), settings.topic_prefix, settings.sink_batch_max,
+                              settings.sink_linger_ms)
         totals = worker.run(threading.Event(), idle_exit_s=until_idle)
     except (InfraError, EvidenceError) as exc:
         fail(exc)
@@ -69,22 +72,25 @@ def replay(ctx: typer.Context,
     """Rebuild the evidence store from the topics into an empty database and compare digests."""
     settings = settings_of(ctx)
     try:
+        # The broker first: a rebuild drops its target database, which must not happen for nothing.
+        bootstrap = processes.require_bootstrap(settings)
         store = processes.open_store(settings)
-        bootstrap = processes.resolve_bootstrap(settings)
         if republish:
-            ensure_topics(bootstrap, settings.topic_prefix)
-            counts = replay_mod.republish(store, make_publisher(settings, bootstrap))
+            ensure_topics(bootstrap, settings.topic_prefix, timeout=settings.broker_timeout_s)
+            counts = replay_mod.republish(store, make_publisher(settings, bootstrap, codec_of(ctx)))
             console.print(f"republished {sum(counts.values())} events: {counts}")
         target = into or f"{settings.clickhouse_database}_rebuild"
         with console.status(f"rebuilding {target} from the topics"):
-            rebuilt = replay_mod.rebuild(store, bootstrap, settings.topic_prefix, settings.session_timeout_ms, target)
+            rebuilt = replay_mod.rebuild(
+                store, lambda group: Consumer(consumer_config(bootstrap, group, settings.session_timeout_ms)),
+                codec_of(ctx), settings.topic_prefix, target, broker=bootstrap)
         before, after, differences = replay_mod.compare(store, rebuilt)
     except (InfraError, EvidenceError, ProducerError, ValueError) as exc:
         fail(exc)
     console.print(f"digest before (live {settings.clickhouse_database}): {before}")
     console.print(f"digest after  (rebuilt {target}):  {after}")
     if differences:
-        err.print(f"[red]derived state differs:[/red] {json.dumps(differences, default=str)[:2000]}")
+        err.print(f"[red]derived state differs:[/red] {escape(json.dumps(differences, default=str)[:2000])}")
         if verify:
             raise typer.Exit(1)
     else:
@@ -105,67 +111,98 @@ def sync_models(ctx: typer.Context,
                 models_file: Path | None = typer.Option(None, help="default: the built-in models.yaml")):
     """Publish a ModelRegistered event for every model in the registry file."""
     from producers.sim.models import load_models
-    from schemas.events import make_event
 
     settings = settings_of(ctx)
     try:
         models = load_models(models_file) if models_file else load_models()
-        publisher = make_publisher(settings, processes.resolve_bootstrap(settings))
-        for m in models:
-            publisher.publish(make_event("ModelRegistered", (m.model_id, m.version), "sync-models", "sync-models",
-                                         model_id=m.model_id, version=m.version, kind=m.kind,
-                                         description=m.description, params=m.params()))
-        publisher.flush()
+        publisher = make_publisher(settings, processes.require_bootstrap(settings), codec_of(ctx))
+        orchestrator.register_models(publisher, models)
     except (InfraError, ProducerError, ValueError, OSError) as exc:
         fail(exc)
     console.print(f"registered {len(models)} models: {', '.join(m.model_id for m in models)}")
+
+
+def require_rollout_worker(settings: Settings, bootstrap: str) -> None:
+    """A rollout worker must serve the requests: `up`'s, one started by hand on this memory dir, or
+    (on a broker that reports group members) one elsewhere."""
+    if not processes.rollout_workers(settings, bootstrap):
+        raise NotRunning(f"no rollout worker is running under {settings.run_dir} or in consumer group "
+                         f"sepa-rollout-workers on {bootstrap}: nothing would serve rollout.requests "
+                         "(run `sepa-eval up`, which starts one, or `sepa-eval rollout-worker`)")
+
+
+def require_pipeline(settings: Settings) -> None:
+    """The episodes are awaited in the evidence log: something must be storing them."""
+    if settings.embedded_store and not processes.RunState.read(settings).pipeline_alive:
+        raise NotRunning(f"the pipeline is not running under {settings.run_dir}: nothing would store the "
+                         "episodes (run `sepa-eval up`)")
 
 
 @app.command()
 def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id from models.yaml"),
             env: str = typer.Option("Lift"), scenario_file: Path | None = typer.Option(None, "--scenario"),
             episodes: int = typer.Option(5, min=1), seed: int = typer.Option(0), horizon: int = typer.Option(200),
-            keyframe_every: int = typer.Option(0, min=0), processes_: int = typer.Option(2, "--processes", min=1)):
-    """Run simulated episodes directly (no request topic) and publish their events."""
-    from producers.rollout_worker import RolloutPool, rollout_request
+            keyframe_every: int = typer.Option(0, min=0),
+            timeout: float = typer.Option(600.0, help="seconds to wait for the episodes to land")):
+    """Publish a RolloutRequested and wait until its episodes are in the evidence log (the rollout
+    worker that `up` started runs them)."""
+    from producers.sim.models import load_models
 
     settings = settings_of(ctx)
     try:
-        bootstrap = processes.resolve_bootstrap(settings)
-        request = rollout_request(_scenario(env, scenario_file, horizon), model, list(range(seed, seed + episodes)),
-                                  keyframe_every=keyframe_every)
-        make_publisher(settings, bootstrap).publish(request)
-        pool = RolloutPool(bootstrap, settings.topic_prefix, settings.memory_dir / "keyframes", processes_)
-        try:
-            with console.status(f"{episodes} episodes of {model} on {request['scenario_id']}"):
-                summaries = pool.run(request)
-        finally:
-            pool.close()
-    except (InfraError, ProducerError, ValueError, KeyError, OSError) as exc:
+        orchestrator.check_models([model], load_models())
+        scenario = _scenario(env, scenario_file, horizon)
+        bootstrap = processes.require_bootstrap(settings)
+        require_rollout_worker(settings, bootstrap)
+        require_pipeline(settings)
+        store = processes.open_store(settings)
+        publisher = make_publisher(settings, bootstrap, codec_of(ctx))
+        seeds = list(range(seed, seed + episodes))
+        [request] = orchestrator.request_rollouts(publisher, store, scenario, [model], seeds, run_id="cli",
+                                                  keyframe_every=keyframe_every)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task(f"{model} on {request['scenario_id']}", total=episodes)
+            orchestrator.wait_for_episodes(store, [request], orchestrator.deadline_in(timeout),
+                                           progress=lambda done, total: bar.update(task, completed=done),
+                                           check=orchestrator.still_coming(settings, store, [request]))
+        ended = orchestrator.episode_outcomes(store, [request["request_id"]])
+    except (InfraError, EvidenceError, ProducerError, ValueError, KeyError, OSError) as exc:
         fail(exc)
     table = Table("seed", "episode", "termination", "steps")
-    for s in summaries:
-        table.add_row(str(s.seed), s.episode_id, s.termination, str(s.steps))
+    for seed_, episode_id, termination, steps, _ in ended:
+        table.add_row(str(seed_), episode_id, termination, str(steps))
     console.print(table)
-    successes = sum(s.success for s in summaries)
-    console.print(f"{model} on {request['scenario_id']}: {successes}/{len(summaries)} successes")
+    successes = sum(bool(row[4]) for row in ended)
+    console.print(f"{model} on {request['scenario_id']}: {successes}/{len(ended)} successes")
 
 
 @app.command("rollout-worker")
-def rollout_worker(ctx: typer.Context, processes_: int = typer.Option(2, "--processes", min=1)):
-    """Serve rollout.requests until interrupted."""
+def rollout_worker(ctx: typer.Context, processes_: int | None = typer.Option(
+        None, "--processes", min=1, help="simulator processes (default: the rollout_processes setting)")):
+    """Serve rollout.requests until interrupted (`up` runs one in the background)."""
     import signal
 
-    from producers.rollout_worker import RolloutPool, RolloutWorker
+    from producers.publisher import Publisher
+    from producers.rollout_worker import GROUP_ID, MAX_POLL_INTERVAL_MS, RolloutPool, RolloutWorker
 
     settings = settings_of(ctx)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    bootstrap = processes.resolve_bootstrap(settings)
-    pool = RolloutPool(bootstrap, settings.topic_prefix, settings.memory_dir / "keyframes", processes_)
+    try:
+        bootstrap = processes.require_bootstrap(settings)
+    except InfraError as exc:
+        fail(exc)
+    codec = codec_of(ctx)
+    pool = RolloutPool(producer_config(bootstrap), settings.topic_prefix, codec, settings.memory_dir / "keyframes",
+                       processes_ or settings.rollout_processes)
+    consumer_conf = consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms,
+                                    **{"max.poll.interval.ms": MAX_POLL_INTERVAL_MS})
+    worker = RolloutWorker(pool, Consumer(consumer_conf),
+                           Publisher(make_producer(bootstrap), settings.topic_prefix, codec), codec)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        RolloutWorker(pool, bootstrap, settings.topic_prefix, settings.session_timeout_ms).run(stop)
+        worker.run(stop, on_assigned=lambda: processes.write_ready(settings, processes.ROLLOUT.name))
     except KeyboardInterrupt:
         pass
     finally:

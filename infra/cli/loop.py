@@ -1,46 +1,154 @@
-"""The loop: run."""
+"""The loop: run (the evolving benchmark), critics (the critics process)."""
 
 from __future__ import annotations
 
-import time
+import logging
+from contextlib import nullcontext
 
 import typer
+from rich.table import Table
 
-from consumers.benchmark_state import derived_state, scores, state_digest
-from infra import processes
-from infra.cli import app, console, fail, settings_of
-from infra.cli.events import rollout, sync_models
-from infra.cli.read import report
-from infra.cli.stack import up
-from infra.exceptions import InfraError
+from consumers.benchmark_state import derived_state, state_digest
+from consumers.evidence.exceptions import EvidenceError
+from consumers.report import write_report
+from infra import orchestrator, processes
+from infra.cli import app, codec_of, console, fail, make_publisher, settings_of
+from infra.exceptions import InfraError, WaitTimeout
+from producers.exceptions import ProducerError
+from streams.exceptions import ConfigError
 
-RUN_MODELS = ("oracle", "scripted-novice", "scripted-clumsy")
+RUN_HORIZON = 200
 
 
 @app.command()
-def run(ctx: typer.Context, episodes: int = typer.Option(4, min=1, help="episodes per model"),
-        env: str = typer.Option("Lift"), seed: int = typer.Option(0),
-        timeout: float = typer.Option(300.0, help="seconds to wait for the evidence to land")):
-    """The loop once on the embedded default: start it, register the models, evaluate each on a
-    simulated scenario, wait until every event landed in the evidence log, report."""
+def run(ctx: typer.Context,
+        cycles: int = typer.Option(2, min=1, help="evolution cycles"),
+        sweep_seeds: int = typer.Option(20, min=1, help="seeds per model x active scenario in each sweep"),
+        max_candidates: int = typer.Option(4, min=1, help="candidates the mutator may propose per cycle"),
+        generator: str = typer.Option("failure-guided", help="failure-guided, or blind (the baseline arm)"),
+        env: str = typer.Option("Lift", help="the base benchmark's task(s), comma-separated"),
+        seed: int = typer.Option(0, help="seeds every cycle's mutations"),
+        run_id: str | None = typer.Option(None, help="default: run-<seed>"),
+        timeout: float = typer.Option(1800.0, help="seconds each stage of a cycle may take")):
+    """The living benchmark on the embedded default: start everything, register the models, then per
+    cycle sweep them over the active benchmark, mine the failures, generate candidates, validate them
+    and promote the good ones; print each cycle and write the report of the finished state."""
+    from producers.adapters import RobosuiteAdapter
+    from producers.sim.models import load_models
+
     settings = settings_of(ctx)
-    up(ctx)
-    sync_models(ctx, models_file=None)
-    for model in RUN_MODELS:
-        rollout(ctx, model=model, env=env, scenario_file=None, episodes=episodes, seed=seed, horizon=200,
-                keyframe_every=0, processes_=2)
-    store = processes.open_store(settings)
-    expected = len(RUN_MODELS) * episodes
-    deadline = time.monotonic() + timeout
-    landed = 0
-    with console.status("waiting for the evidence sink"):
-        while time.monotonic() < deadline:
-            landed = sum(s.episodes + s.invalid for s in scores(store) if s.model_id in RUN_MODELS)
-            if landed >= expected:
-                break
-            time.sleep(0.5)
-    if landed < expected:
-        fail(InfraError(f"only {landed} of {expected} episodes landed within {timeout}s; "
-                         f"see {settings.run_dir / 'pipeline.log'}"))
-    report(ctx, output=settings.memory_dir)  # report.md and report.html in the memory dir
-    console.print(f"state digest {state_digest(derived_state(store))}")
+    try:
+        models = load_models()
+        adapter = RobosuiteAdapter()
+        base = tuple(adapter.base_scenario(task.strip(), RUN_HORIZON) for task in env.split(",") if task.strip())
+        config = orchestrator.EvolveConfig(run_id=run_id or f"run-{seed}", cycles=cycles, sweep_seeds=sweep_seeds,
+                                           max_candidates=max_candidates, generator=generator, seed=seed, base=base,
+                                           stage_timeout_s=timeout, fragile=settings.cluster_fragile_successes)
+        result = processes.up(settings)
+        if result.started:
+            console.print(f"started {', '.join(result.started)}")
+        bootstrap = processes.require_bootstrap(settings)
+        store = processes.open_store(settings)
+        publisher = make_publisher(settings, bootstrap, codec_of(ctx))
+        orchestrator.register_models(publisher, models)
+        with console.status("starting", spinner="dots") if console.is_terminal else nullcontext() as status:
+            reports = orchestrator.evolve(store, publisher, models, config,
+                                          on_event=lambda kind, value: _show(kind, value, status),
+                                          check=orchestrator.still_running(settings))
+        state = derived_state(store)
+        files = write_report(store, settings.memory_dir, settings.memory_dir / "keyframes")
+    except (InfraError, EvidenceError, ProducerError, ConfigError, ValueError, OSError) as exc:
+        if isinstance(exc, WaitTimeout):
+            exc = WaitTimeout(f"{exc}; see the logs in {settings.run_dir}")
+        fail(exc)
+    total = sum(r.rollouts for r in reports)
+    seconds = sum(r.seconds for r in reports)
+    console.print(f"{len(reports)} cycles, {total} rollouts, {seconds:.0f} s; benchmark v{reports[-1].version_after}; "
+                  f"wrote {files.markdown} and {files.html}")
+    console.print(f"state digest {state_digest(state)}")
+
+
+def _show(kind: str, value, status) -> None:
+    """Progress on a terminal (a spinner line), the cycle reports everywhere."""
+    lines = {
+        "base": lambda v: f"promoting the base benchmark: {', '.join(v)}",
+        "sweep": lambda v: f"sweeping {v['requests']} model x scenario pairs of benchmark v{v['version']}",
+        "settled": lambda v: f"sweep done: {v.episodes} episodes, {v.failed} failed, {v.fragile} fragile successes, "
+                             f"{v.clustered} of them clustered",
+        "cycle": lambda v: f"cycle {v['cycle_id']} opened at clusterer position {v['clusters_position']}",
+        "generated": lambda v: f"{len(v.proposed)} candidates proposed ({v.infeasible} infeasible); validating",
+    }
+    if kind in lines:
+        if status is not None:
+            status.update(lines[kind](value))
+        else:
+            console.print(lines[kind](value), soft_wrap=True, highlight=False)
+    elif kind == "report":
+        _print_cycle(value)
+
+
+def _print_cycle(r) -> None:
+    decided = ", ".join(f"{n} {status}" for status, n in sorted(r.decided.items())) or "no candidate"
+    console.print(f"[bold]cycle {r.cycle}[/bold]: {len(r.proposed)} proposed ({r.infeasible} infeasible), {decided}; "
+                  f"promoted {', '.join(r.promoted) or 'none'}; retired {', '.join(r.retired) or 'none'}; "
+                  f"benchmark v{r.version_before} -> v{r.version_after}; {r.rollouts} rollouts, {r.seconds:.0f} s",
+                  soft_wrap=True, highlight=False)
+    table = Table("model", "success", "95% CI", "episodes", title=f"benchmark v{r.version_after}")
+    for s in sorted(r.scores, key=lambda s: -s.success_rate):
+        lo, hi = s.interval
+        table.add_row(s.model_id, f"{s.success_rate:.2f}", f"[{lo:.2f}, {hi:.2f}]", str(s.episodes))
+    console.print(table)
+
+
+@app.command()
+def critics(ctx: typer.Context):
+    """Validate proposed candidates until interrupted (`up` runs one in the background): robustness
+    (validation rollouts on paired seeds, decided sequentially), safety, semantic (the VLM judge
+    when SEPA_JUDGE_BASE_URL and SEPA_JUDGE_MODEL are set, else a verdict that says it did not run)."""
+    import signal
+    import threading
+
+    from confluent_kafka import Consumer
+
+    from consumers.critics.worker import GROUP_ID, CriticsConfig, CriticsWorker
+    from infra.kafka_clients import consumer_config, make_producer
+    from producers.publisher import Publisher
+
+    settings = settings_of(ctx)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        bootstrap = processes.require_bootstrap(settings)
+        store = processes.open_store(settings)
+        judge, semantic = critics_judge(settings)
+    except (InfraError, EvidenceError, ConfigError) as exc:
+        fail(exc)
+    codec = codec_of(ctx)
+    worker = CriticsWorker(Consumer(consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms)),
+                           Publisher(make_producer(bootstrap), settings.topic_prefix, codec), store, codec,
+                           CriticsConfig(semantic=semantic), settings.topic_prefix, judge=judge)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        worker.run(stop, on_assigned=lambda: processes.write_ready(settings, processes.CRITICS.name))
+    except KeyboardInterrupt:
+        pass
+
+
+def critics_judge(settings):
+    """The semantic critic's judge from the settings: (SemanticJudge, its config), or (None, an
+    unconfigured config) when no judge endpoint is set. Builds the OpenAI client: the edge only."""
+    from consumers.critics.semantic import SemanticConfig, SemanticJudge
+    from producers.keyframes import KeyframeStore
+
+    if not settings.judge_configured:
+        return None, SemanticConfig()
+    if settings.judge_api_key is None:
+        raise ConfigError(f"the VLM judge at {settings.judge_base_url} needs an API key: set SEPA_JUDGE_API_KEY or "
+                          "OPENAI_API_KEY (any value for a server that checks none)")
+    import openai
+
+    config = SemanticConfig(endpoint=settings.judge_base_url, model=settings.judge_model,
+                            timeout_s=settings.judge_timeout_s, threshold=settings.judge_threshold)
+    client = openai.OpenAI(base_url=settings.judge_base_url, api_key=settings.judge_api_key.get_secret_value(),
+                           timeout=settings.judge_timeout_s, max_retries=0)
+    return SemanticJudge(client, config, KeyframeStore(settings.memory_dir / "keyframes")), config

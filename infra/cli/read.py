@@ -3,10 +3,14 @@
 Usage:
     sepa-eval report --output eval_memory/report [--run RUN_ID] [--ranking a,b,c]
     sepa-eval diff MODEL_A MODEL_B [--version V] [--fail-on-regression] [--json]
+    sepa-eval diff MODEL@1 MODEL@2          # two versions of one model
 
-`diff` exits 0 when B shows no significant regression against A, 1 when it does and
---fail-on-regression is given, 2 on bad input (an unknown model or version), with one line saying
-which.
+A model named alone is taken at its latest version; MODEL@VERSION names a version. `diff` exits 0
+when B shows no significant regression against A, 1 when it does and --fail-on-regression is given,
+2 on bad input (an unknown model, model version or benchmark version), with one line saying which.
+
+Heavy modules (the report's jinja2 and matplotlib, the exports' pandas and pyarrow) are imported by
+the command that needs them, so `diff` and `status` start without them.
 """
 
 from __future__ import annotations
@@ -22,15 +26,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from consumers.diff import DiffInputError, as_dict, compare_models, rows
+from consumers.diff import DiffInputError, ModelRef, as_dict, compare_models, rows
 from consumers.evidence.exceptions import EvidenceError, StoreUnavailable
 from consumers.evidence.store import EvidenceStore
 from consumers.exports.exceptions import ExportError
 from consumers.exports.jsonl import export_jsonl
-from consumers.exports.lerobot import DEFAULT_FPS, export_lerobot
 from consumers.exports.output import ExportFilters
 from consumers.prune import prune as prune_store
-from consumers.report import NothingToReport, write_report
 from infra import processes
 from infra.cli import app, console, err, fail, settings_of
 from infra.exceptions import InfraError
@@ -65,6 +67,8 @@ def report(ctx: typer.Context,
     """Write report.md and a self-contained report.html: success heatmap with intervals, frontier and
     discrimination per benchmark version, saturation, clusters with keyframes, promotions with
     their evidence, execution quality."""
+    from consumers.report import NothingToReport, write_report  # jinja2, and matplotlib to draw
+
     settings = settings_of(ctx)
     output = output or settings.memory_dir
     order = [m.strip() for m in ranking.split(",") if m.strip()] if ranking else None
@@ -81,18 +85,21 @@ def report(ctx: typer.Context,
 
 
 @app.command()
-def diff(ctx: typer.Context, model_a: Annotated[str, typer.Argument(help="the baseline")],
-         model_b: Annotated[str, typer.Argument(help="the model compared against it")],
+def diff(ctx: typer.Context, model_a: Annotated[str, typer.Argument(
+             help="the baseline: MODEL (its latest version) or MODEL@VERSION")],
+         model_b: Annotated[str, typer.Argument(help="the model compared against it: MODEL or MODEL@VERSION")],
          version: Annotated[int | None, typer.Option(help="benchmark version (default: the latest)")] = None,
          fail_on_regression: Annotated[bool, typer.Option(
              "--fail-on-regression", help="exit 1 when B regresses significantly on any scenario")] = False,
          run_id: Annotated[str | None, typer.Option("--run", help="only this run's episodes")] = None,
          as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False):
     """Per scenario: both success rates with 95% intervals, the paired difference on shared seeds
-    (exact McNemar), and a verdict after Holm's correction over the scenarios."""
+    (exact McNemar), and a verdict after Holm's correction over the scenarios. Two versions of one
+    model: `diff MODEL@1 MODEL@2`."""
     settings = settings_of(ctx)
     try:
-        result = compare_models(open_existing_store(settings), model_a, model_b, version=version, run_id=run_id)
+        a, b = ModelRef.parse(model_a), ModelRef.parse(model_b)
+        result = compare_models(open_existing_store(settings), a, b, version=version, run_id=run_id)
     except DiffInputError as exc:
         err.print(f"error: {exc}")
         raise typer.Exit(2) from exc
@@ -105,8 +112,9 @@ def diff(ctx: typer.Context, model_a: Annotated[str, typer.Argument(help="the ba
         print(json.dumps(as_dict(result), indent=1))
     else:
         where = f"benchmark v{result.version}" if result.version is not None else "every scenario (nothing promoted)"
-        table = Table("scenario", f"A: {model_a}", f"B: {model_b}", "pairs (A only/B only)", "B - A [95% CI]",
-                      "test p", "Holm p", "verdict", title=f"{model_b} against {model_a}, {where}")
+        table = Table("scenario", f"A: {result.label_a}", f"B: {result.label_b}", "pairs (A only/B only)",
+                      "B - A [95% CI]", "test p", "Holm p", "verdict",
+                      title=f"{result.label_b} against {result.label_a}, {where}")
         for row in rows(result):
             table.add_row(*row)
         (console if console.is_terminal else Console(width=DIFF_TABLE_WIDTH)).print(table)
@@ -185,7 +193,10 @@ def export_hard_cases(
         failure_type: str | None = typer.Option(None, help="only episodes with a moment of this type"),
         include_recovered: bool = typer.Option(False, "--include-recovered",
                                                help="also successes that recovered from a failure moment"),
-        fps: int = typer.Option(DEFAULT_FPS, min=1, help="frame rate of the steps (lerobot)")):
+        fps: int | None = typer.Option(None, min=1, help="frame rate of the steps (lerobot; default: the "
+                                       "exporter's DEFAULT_FPS, 20)")):
+    from consumers.exports.lerobot import DEFAULT_FPS, export_lerobot  # pandas and pyarrow: only here
+
     settings = settings_of(ctx)
     if failure_type is not None and failure_type not in _failure_types():
         fail(ValueError(f"unknown failure type {failure_type!r}; one of {', '.join(_failure_types())}"))
@@ -196,7 +207,7 @@ def export_hard_cases(
         if format_ is ExportFormat.jsonl:
             summary = export_jsonl(store, output, keyframes, filters)
         else:
-            summary = export_lerobot(store, output, keyframes, filters, fps=fps)
+            summary = export_lerobot(store, output, keyframes, filters, fps=DEFAULT_FPS if fps is None else fps)
     except (InfraError, EvidenceError, ExportError, OSError) as exc:
         fail(exc)
     console.print(f"wrote {summary.format} export to {summary.output}: {summary.episodes} episodes "

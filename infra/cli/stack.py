@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from consumers.benchmark_state import MemoryFigures, memory_figures
@@ -16,24 +17,35 @@ from infra.exceptions import InfraError
 from infra.kafka_clients import ensure_topics, topic_message_counts
 from infra.lag import consumer_lag
 from schemas.catalog import TOPICS
+from streams.exceptions import ConfigError
 
 
 @app.command()
 def up(ctx: typer.Context):
-    """Start the embedded broker (unless SEPA_BOOTSTRAP_SERVERS is set) and the pipeline."""
+    """Start the embedded broker (unless SEPA_BOOTSTRAP_SERVERS is set), the pipeline, the streams
+    worker and the rollout worker; return once every one of them is ready."""
     settings = settings_of(ctx)
     try:
-        state = processes.up(settings)
-    except (InfraError, EvidenceError) as exc:
+        result = processes.up(settings)
+    except (InfraError, EvidenceError, ConfigError, OSError) as exc:
         fail(exc)
-    console.print(f"broker [bold]{settings.bootstrap_servers or state.bootstrap}[/bold]; pipeline pid "
-                  f"{state.pipeline_pid}; store {state.store_url or settings.clickhouse_url}")
+    state = result.state
+    what = (f"broker {settings.bootstrap_servers or state.bootstrap}; pipeline pid {state.pipeline_pid}; "
+            f"streams worker pid {state.streams_pid}; rollout worker pid {state.rollout_pid}; "
+            f"store {state.store_url or settings.clickhouse_url}")
+    if result.started:
+        console.print(f"started {', '.join(result.started)}. Ready: {escape(what)}")
+    else:
+        console.print(f"already running, nothing started: {escape(what)}")
 
 
 @app.command()
 def down(ctx: typer.Context):
-    """Stop the pipeline, then the embedded broker."""
-    stopped = processes.down(settings_of(ctx))
+    """Stop the streams and rollout workers, the pipeline, then the embedded broker."""
+    try:
+        stopped = processes.down(settings_of(ctx))
+    except (InfraError, OSError) as exc:
+        fail(exc)
     console.print("stopped " + ", ".join(stopped) if stopped else "nothing was running")
 
 
@@ -44,10 +56,7 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     settings = settings_of(ctx)
     state = processes.RunState.read(settings)
     report: dict = {"memory_dir": str(settings.memory_dir), "broker": processes.broker_status(settings, state),
-                    "streams": {"pid": state.streams_pid if state.streams_alive else None},
-                    "pipeline": {"pid": state.pipeline_pid if state.pipeline_alive else None,
-                                 "store": state.store_url or settings.clickhouse_url or f"chdb://{settings.chdb_path}"},
-                    "memory": None}
+                    **processes.process_status(settings, state), "memory": None}
     try:
         figures = memory_figures(open_existing_store(settings))
         report["evidence"] = dict(figures.events)
@@ -58,18 +67,20 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     if as_json:
         print(json.dumps(report, indent=1))
         return
-    console.print(f"memory dir {report['memory_dir']}")
+    console.print(f"memory dir {escape(report['memory_dir'])}")
     broker = report["broker"]
     console.print(f"broker   {broker['mode']} {broker['bootstrap'] or '-'} "
                   f"{'[green]up[/green]' if broker['answering'] else '[red]down[/red]'}")
-    pid = report["pipeline"]["pid"]
-    console.print(f"pipeline {f'[green]pid {pid}[/green]' if pid else '[red]not running[/red]'}"
-                  f"  store {report['pipeline']['store']}")
-    streams_pid = report["streams"]["pid"]
-    console.print(f"streams  {f'[green]pid {streams_pid}[/green]' if streams_pid else '[red]not running[/red]'}"
-                  " (failure detector + clusterer)")
+    if broker["error"]:
+        err.print(f"broker: {escape(broker['error'])}")
+    for key, label, what in (("pipeline", "pipeline", f"store {report['pipeline']['store']}"),
+                             ("streams", "streams ", "failure detector + clusterer"),
+                             ("rollout_worker", "rollout ", "serves rollout.requests"),
+                             ("critics", "critics ", "validates candidates")):
+        pid = report[key]["pid"]
+        console.print(f"{label} {f'[green]pid {pid}[/green]' if pid else '[red]not running[/red]'}  {escape(what)}")
     if "error" in report["evidence"]:
-        err.print(f"{report['evidence']['error']}")
+        err.print(escape(report["evidence"]["error"]))
     else:
         _print_memory(report["evidence"], report["memory"])
     lag = report["lag"]
@@ -87,6 +98,7 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
 
 def _memory(f: MemoryFigures) -> dict:
     return {"episodes": f.episodes, "trials": f.trials, "models": f.models,
+            "model_versions": dict(f.model_versions),
             "failures_by_type": {t.failure_type: t.moments for t in f.failures},
             "failures_recovered": {t.failure_type: t.recovered for t in f.failures},
             "clusters": f.clusters, "noise_episodes": f.noise_episodes, "candidates": f.candidates,
@@ -115,9 +127,12 @@ def _print_memory(events: dict, memory: dict) -> None:
         console.print("evidence log: empty (no event has landed yet)")
         return
     version = memory["benchmark_version"]
+    versions = ", ".join(f"{m}@{v}" for m, v in memory["model_versions"].items())
     console.print(f"episodes {memory['episodes']} ({memory['trials']} trials) of {memory['models']} registered models; "
                   f"benchmark {f'v{version}' if version is not None else 'not promoted yet'} "
                   f"({memory['active_scenarios']} active scenarios)", soft_wrap=True, highlight=False)
+    if versions:
+        console.print(f"models at their latest version: {versions}", soft_wrap=True, highlight=False)
     funnel = memory["funnel"].get("all", {})
     console.print(f"candidates {memory['candidates']}: {funnel.get('promoted', 0)} promoted, "
                   f"{funnel.get('rejected', 0)} rejected, {funnel.get('deferred', 0)} deferred, "
@@ -138,8 +153,8 @@ def topics(ctx: typer.Context):
     """Create the catalog's topics (idempotent) and list them with message counts."""
     settings = settings_of(ctx)
     try:
-        bootstrap = processes.resolve_bootstrap(settings)
-        created = ensure_topics(bootstrap, settings.topic_prefix)
+        bootstrap = processes.require_bootstrap(settings)
+        created = ensure_topics(bootstrap, settings.topic_prefix, timeout=settings.broker_timeout_s)
         counts = topic_message_counts(bootstrap, [t.full_name(settings.topic_prefix) for t in TOPICS])
     except InfraError as exc:
         fail(exc)

@@ -27,6 +27,11 @@ arithmetic without robosuite's per-substep overhead, the arithmetic compiled
 results (tests/unit/sim/test_sim_lean_step.py compares the two).
 ``robosuite_env.lean_step = False`` runs robosuite's stock step.
 
+Tasks beyond robosuite's own: lift then place (``spec.place_target_xy``, Lift only): the goal is
+the target on the table and success is the cube lifted first, then resting there, released (see
+success_relative); lift and hold (``spec.success_hold_steps``) is the rollout's business
+(producers/sim/rollout.py): the env reports success per step, the episode ends once it held.
+
 The episode clock is ours: robosuite runs with ``ignore_done=True`` and ``done`` is
 ``steps >= spec.horizon``. Each reset lets objects settle for SETTLE_STEPS control steps (robosuite
 drops them from 1 cm) before the start pose used by the "relative" measures is recorded.
@@ -59,7 +64,7 @@ from robosuite.utils.placement_samplers import SequentialCompositeSampler
 
 from producers.sim import osc_substep
 from producers.sim.exceptions import ActionError, EnvError, KeyframeError
-from producers.sim.scenario import Distractor, ScenarioSpec
+from producers.sim.scenario import OBJECT_GEOM_PRIORITY, Distractor, ScenarioSpec
 
 CONTROL_FREQ_HZ = 20
 ACTION_DIM = 7
@@ -67,6 +72,13 @@ ACTION_DIM = 7
 SETTLE_STEPS = 5
 # Lift succeeds when the cube is this far above its own start height.
 LIFT_SUCCESS_HEIGHT_M = 0.04
+# Lift then place (ScenarioSpec.place_target_xy): after the cube has been lifted by
+# LIFT_SUCCESS_HEIGHT_M, it must rest with its centre within PLACE_XY_TOL_M (horizontally) of
+# the place target, within PLACE_Z_TOL_M of its start height (on the table, not hovering),
+# slower than PLACE_REST_SPEED_M_S and untouched by the fingers (released).
+PLACE_XY_TOL_M = 0.015
+PLACE_Z_TOL_M = 0.01
+PLACE_REST_SPEED_M_S = 0.05
 # Stack: cubeA's bottom within this of cubeB's top, its centre within cubeB's half-size
 # (times this factor) horizontally, touching cubeB and not touched by the fingers.
 STACK_Z_TOL_M = 0.01
@@ -75,10 +87,6 @@ STACK_XY_FRACTION = 1.0
 # base (robosuite's own bound) and not touched by the fingers.
 BIN_MAX_HEIGHT_M = 0.1
 BIN_FLOOR_HALF_THICKNESS_M = 0.02  # robosuite's bins_arena.xml floor box
-# Geom priority given to the manipulated object when its friction is set. MuJoCo combines
-# two geoms' frictions with max() unless one has a higher priority; the finger pads have
-# friction 2 and priority 0, so without this a lower object friction would do nothing.
-OBJECT_GEOM_PRIORITY = 2
 # Distractors: density (kg/m^3, light wood) and colour, dropped from this height.
 DISTRACTOR_DENSITY = 500.0
 DISTRACTOR_RGBA = (0.35, 0.45, 0.9, 1.0)
@@ -506,6 +514,7 @@ class _ObjectRef:
     name: str
     body_id: int
     qpos_adr: int  # free joint: qpos[adr:adr+3] position, [adr+3:adr+7] wxyz
+    dof_adr: int  # free joint: qvel[adr:adr+3] linear velocity (world), [adr+3:adr+6] angular
 
 
 def _quat_xyzw(wxyz: np.ndarray) -> list[float]:
@@ -547,7 +556,13 @@ class SimEnv:
         self.steps = 0
         self._started = False
         self._start_pos: dict[str, np.ndarray] = {}
+        self._lifted = False  # lift then place: the object has been lifted this episode
+        self._place_target: np.ndarray | None = None
+        if spec.place_target_xy is not None:
+            ref = self._env.placement_reference()
+            self._place_target = ref[:2] + np.asarray(spec.place_target_xy, dtype=float)
         self._force_buf = np.zeros(6)
+        self.spawn_penetration_m = 0.0  # set by reset(): see _object_penetration()
 
     # -- model indexing (the compiled model never changes: resets are soft) --------------
 
@@ -576,7 +591,7 @@ class SimEnv:
     def _object_ref(self, obj: Any) -> _ObjectRef:
         m = self.model
         jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, obj.joints[0])
-        return _ObjectRef(obj.name, self._body_id(obj.root_body), int(m.jnt_qposadr[jid]))
+        return _ObjectRef(obj.name, self._body_id(obj.root_body), int(m.jnt_qposadr[jid]), int(m.jnt_dofadr[jid]))
 
     def _index_model(self) -> None:
         env, m = self._env, self.model
@@ -664,6 +679,7 @@ class SimEnv:
                 adr = self._manip.qpos_adr
                 self.data.qpos[adr:adr + 3] += np.asarray(self.spec.pose_offset_xyz)
             env.sim.forward()
+            self.spawn_penetration_m = self._object_penetration()
             hold = np.zeros(ACTION_DIM)
             for _ in range(SETTLE_STEPS):
                 env.step(hold)
@@ -672,7 +688,20 @@ class SimEnv:
         self.steps = 0
         self._started = True
         self._start_pos = {r.name: self.data.xpos[r.body_id].copy() for r in self._task_refs}
+        self._lifted = False
         return self._observe(env._get_observations(force_update=True))
+
+    def _object_penetration(self) -> float:
+        """Deepest penetration (m, >= 0) of any contact that involves a task object or a
+        distractor, in the current state."""
+        d = self.data
+        n = d.ncon
+        if n == 0:
+            return 0.0
+        objects = self._geom_group >= 3  # groups 0-2: gripper, robot, table
+        involved = objects[d.contact.geom1[:n]] | objects[d.contact.geom2[:n]]
+        depth = -d.contact.dist[:n][involved]
+        return float(max(0.0, depth.max())) if depth.size else 0.0
 
     def _observe(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         obs["goal_pos"] = self.goal_pos()
@@ -718,10 +747,24 @@ class SimEnv:
             raise EnvError(f"step {self.steps} failed on scenario {self.spec.scenario_id}: {exc!r}") from exc
         t = self.steps
         self.steps += 1
+        if self._place_target is not None and not self._lifted:
+            self._lifted = self.object_lift() >= LIFT_SUCCESS_HEIGHT_M
         done = self.steps >= self.spec.horizon
         return self._observe(obs), float(reward), done, {"t": t, "success": self.success_relative()}
 
     # -- external forces (used by producers.sim.perturb) ----------------------------------
+
+    def object_bodies(self) -> dict[str, int]:
+        """MuJoCo root body id of every task object and distractor, by name (object_names order)."""
+        return {r.name: r.body_id for r in self._task_refs + self._distractor_refs}
+
+    def surface_z(self) -> float:
+        """Height (world, m) of the surface objects are placed on (table top, start bin floor)."""
+        return self._env.surface_z()
+
+    def placement_reference(self) -> np.ndarray:
+        """The point placement ranges, distractor and place-target x/y are relative to (world, m)."""
+        return self._env.placement_reference()
 
     def body_for(self, target: str) -> int:
         """MuJoCo body id of "object" (the manipulated object), "hand" or a distractor name."""
@@ -820,6 +863,17 @@ class SimEnv:
         z = self.data.xpos[self._manip.body_id][2]
         return float(z - self._start_pos[self.manipulated_name][2])
 
+    def object_speed(self) -> float:
+        """Linear speed of the manipulated object, m/s."""
+        adr = self._manip.dof_adr
+        return float(np.linalg.norm(self.data.qvel[adr:adr + 3]))
+
+    @property
+    def lifted(self) -> bool:
+        """Lift then place: whether the object has been LIFT_SUCCESS_HEIGHT_M above its start
+        this episode (False in every other scenario)."""
+        return self._lifted
+
     def _fingers_touch(self, body_root: int) -> bool:
         d = self.data
         n = d.ncon
@@ -850,7 +904,8 @@ class SimEnv:
     def goal_pos(self) -> np.ndarray:
         """Where the manipulated object's centre should end up (world, m); also obs["goal_pos"].
 
-        Lift: LIFT_SUCCESS_HEIGHT_M above its start position.
+        Lift: LIFT_SUCCESS_HEIGHT_M above its start position; lift then place: the place target
+        (placement reference + place_target_xy) at the object's start height.
         Stack: resting centred on cubeB, cubeB as it is now.
         PickPlaceCan: the centre of the can's target bin quadrant, at the height the can rested
         at in the start bin (both bins' floors are at the same height).
@@ -858,6 +913,8 @@ class SimEnv:
         name = self.spec.env_name
         start = self._start_pos[self.manipulated_name]
         if name == "Lift":
+            if self._place_target is not None:
+                return np.array([self._place_target[0], self._place_target[1], start[2]])
             return start + np.array([0.0, 0.0, LIFT_SUCCESS_HEIGHT_M])
         if name == "Stack":
             return self._stack_target()
@@ -868,9 +925,20 @@ class SimEnv:
         """Distance to the goal, m, 0 when reached.
 
         Lift: max(0, LIFT_SUCCESS_HEIGHT_M - object_lift) (height still to gain).
+        Lift then place: the path still to go along lift, carry, put down: before the lift
+        (LIFT_SUCCESS_HEIGHT_M - lift) + LIFT_SUCCESS_HEIGHT_M + horizontal distance to the target;
+        after it |lift| + horizontal distance. Continuous where the lift completes, and shrinking
+        along a lift, a carry and a descent.
         Stack, PickPlaceCan: from the manipulated object's centre to goal_pos().
         """
         if self.spec.env_name == "Lift":
+            if self._place_target is not None:
+                pos = self.data.xpos[self._manip.body_id]
+                xy = float(np.linalg.norm(pos[:2] - self._place_target))
+                lift = self.object_lift()
+                if self._lifted:
+                    return abs(lift) + xy
+                return max(0.0, LIFT_SUCCESS_HEIGHT_M - lift) + LIFT_SUCCESS_HEIGHT_M + xy
             return max(0.0, LIFT_SUCCESS_HEIGHT_M - self.object_lift())
         return float(np.linalg.norm(self.data.xpos[self._manip.body_id] - self.goal_pos()))
 
@@ -879,6 +947,9 @@ class SimEnv:
 
         Lift: the cube is >= LIFT_SUCCESS_HEIGHT_M above its own start height (robosuite's check
         is "above table + 4 cm", which a cube scaled up 2x passes while lying on the table).
+        Lift then place: the cube was lifted (see ``lifted``) and now rests at the place target:
+        centre within PLACE_XY_TOL_M of it horizontally, within PLACE_Z_TOL_M of its start height,
+        slower than PLACE_REST_SPEED_M_S, no finger touching it.
         Stack: cubeA rests on cubeB: touching it, its bottom within STACK_Z_TOL_M of cubeB's top,
         its centre within cubeB's half-size horizontally, and no finger touching cubeA (released).
         PickPlaceCan: the can is inside its target bin quadrant (x, y), below BIN_MAX_HEIGHT_M
@@ -889,6 +960,8 @@ class SimEnv:
         name = self.spec.env_name
         d = self.data
         if name == "Lift":
+            if self._place_target is not None:
+                return self._placed()
             return self.object_lift() >= LIFT_SUCCESS_HEIGHT_M
         if name == "Stack":
             a, b = self._task_refs
@@ -903,6 +976,15 @@ class SimEnv:
         inside = bool(np.all(pos[:2] > self._bin_low) and np.all(pos[:2] < self._bin_high))
         low = self._bin_z < pos[2] < self._bin_z + BIN_MAX_HEIGHT_M
         return bool(inside and low and not self._fingers_touch(self._manip.body_id))
+
+    def _placed(self) -> bool:
+        if not self._lifted:
+            return False
+        pos = self.data.xpos[self._manip.body_id]
+        return bool(float(np.linalg.norm(pos[:2] - self._place_target)) <= PLACE_XY_TOL_M
+                    and abs(self.object_lift()) <= PLACE_Z_TOL_M
+                    and self.object_speed() <= PLACE_REST_SPEED_M_S
+                    and not self._fingers_touch(self._manip.body_id))
 
     def robosuite_success(self) -> bool:
         """robosuite's own _check_success(), for comparison (absolute heights)."""

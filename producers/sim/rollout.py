@@ -9,9 +9,14 @@
     outcome, steps = run_episode(env, policy, seed)   # the same, collected
 
 An episode ends on the first of: success held for ``success_hold_steps`` consecutive steps
-(termination "success"), the scenario's horizon ("timeout"; "success" if the final state is a
-success), an exception from the policy ("policy_error") or the simulator ("env_error"). Errors
-are caught and reported in the outcome with their message, never swallowed.
+(termination "success"), the scenario's horizon ("timeout"; "success" if by then the success has
+held that many consecutive steps up to the last one), an exception from the policy
+("policy_error") or the simulator ("env_error"). Errors are caught and reported in the outcome
+with their message, never swallowed.
+
+The hold is the scenario's ``success_hold_steps`` (lift and hold: e.g. 60 steps = 3 s holding the
+cube up), or SUCCESS_HOLD_STEPS when the scenario leaves it 0; an explicit ``success_hold_steps``
+argument overrides both. A tighter time budget is simply a smaller ``horizon``.
 """
 
 from __future__ import annotations
@@ -57,14 +62,21 @@ class EpisodeOutcome:
     final_keyframe: np.ndarray | None = field(default=None, repr=False)
 
 
+def hold_steps(spec: Any) -> int:
+    """Consecutive success steps that make an episode of ``spec`` a success."""
+    return spec.success_hold_steps or SUCCESS_HOLD_STEPS
+
+
 class Episode:
     """Iterate to run the episode; read ``outcome`` afterwards."""
 
     def __init__(self, env: SimEnv, policy: Policy, seed: int, *, perturbations: Sequence[Push] = (),
                  keyframe_every: int = 0, keyframe_size: int = 128, stop_on_success: bool = True,
-                 success_hold_steps: int = SUCCESS_HOLD_STEPS):
+                 success_hold_steps: int | None = None):
         if keyframe_every < 0:
             raise ValueError(f"keyframe_every must be >= 0, got {keyframe_every!r}")
+        if success_hold_steps is None:
+            success_hold_steps = hold_steps(env.spec)
         if success_hold_steps < 1:
             raise ValueError(f"success_hold_steps must be >= 1, got {success_hold_steps!r}")
         self.env, self.policy, self.seed = env, policy, seed
@@ -118,8 +130,9 @@ class Episode:
             if self.stop_on_success and streak >= self.success_hold_steps:
                 self._finish(True, "success", t + 1, total, t + 1 - streak, None)
                 return
-        self._finish(success, "success" if success else "timeout", env.spec.horizon, total,
-                     (env.spec.horizon - streak) if success else None, None)
+        held = streak >= self.success_hold_steps
+        self._finish(held, "success" if held else "timeout", env.spec.horizon, total,
+                     (env.spec.horizon - streak) if held else None, None)
 
     def _finish(self, success: bool, termination: str, steps: int, total: float, tts: int | None,
                 error: str | None) -> None:

@@ -45,6 +45,15 @@ SIZE_SCALE_RANGE = (0.5, 2.0)
 DISTRACTOR_SIZE_RANGE_M = (0.005, 0.08)  # half-size (box, cylinder) or radius (ball)
 MAX_DISTRACTOR_ABS_M = 0.35
 MAX_SUCCESS_HOLD_STEPS = 1000
+# Geom priority given to the manipulated object when object_friction is set. MuJoCo combines two
+# geoms' frictions with max() unless one has a higher priority; the finger pads have friction 2
+# and priority 0, so without this a lower object friction would do nothing.
+OBJECT_GEOM_PRIORITY = 2
+# World x/y (m) of each task's placement reference (robosuite's defaults: Lift/Stack table centre,
+# PickPlaceCan start-bin centre), and of the grip site at the start of an episode (the Panda's
+# initial pose, measured), for code that reasons about scenes without building them.
+PLACEMENT_REFERENCE_XY = {"Lift": (0.0, 0.0), "Stack": (0.0, 0.0), "PickPlaceCan": (0.1, -0.25)}
+GRIPPER_START_XY = {"Lift": (-0.1, 0.0), "Stack": (-0.1, 0.0), "PickPlaceCan": (-0.04, -0.09)}
 
 
 def _float(name: str, value: Any) -> float:

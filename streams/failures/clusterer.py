@@ -1,17 +1,20 @@
-"""Incremental clustering of failed-episode embeddings, with cluster ids stable across re-clustering.
+"""Incremental clustering of failed-episode embeddings. Every output event has a position; ids,
+revisions and contents are a function of the input order, so re-executing the output log
+reproduces the state exactly (see streams.failures.collector for the restore).
 
     clusterer = OnlineFailureClusterer(ClustererConfig(), describer=FeatureDescriber(EmbeddingConfig()))
-    events = clusterer.add(episode_id, scenario_id, x)   # ClusterAssigned / ClusterUpdated dicts
-    events += clusterer.recluster()                       # also runs every ``recluster_every`` adds
-    clusterer.label_of(episode_id)                        # current macro cluster id, or None (noise)
+    events = clusterer.add(episode_id, scenario_id, x)   # ClusterAssigned(intake) [+ a re-clustering]
+    events += clusterer.recluster()                       # also runs on its own schedule inside add
+    clusterer.label_of(episode_id)                        # its current cluster id, or None (noise)
 
 Two levels, in the spirit of DenStream / CluStream, written with numpy:
 
 - Micro-clusters, updated per failure: a point joins the nearest micro-cluster whose centre is
   within ``micro_radius``, else starts a new one; over ``max_micro_clusters`` the two closest
   merge. Each keeps a (faded, if ``half_life_updates`` is set) weight, linear sum and square sum,
-  a member count, its first member as representative and a scenario tally.
-- Macro-clusters, recomputed periodically: sklearn DBSCAN over the micro-cluster centres,
+  a member count, its first member as representative, and tallies of scenarios, models, failure
+  types, root types and root-moment sites (``EpisodeFacts``).
+- Macro-clusters, recomputed on a schedule: sklearn DBSCAN over the micro-cluster centres,
   weighted by micro-cluster weight (``eps=macro_eps``, ``min_samples=macro_min_weight``).
 
 Stable ids: each re-clustering matches new macro-clusters to the previous ones by weighted
@@ -19,12 +22,25 @@ Jaccard overlap of their micro-cluster members (Hungarian assignment, at least
 ``match_min_overlap``), then the rest by centroid distance (at most ``match_max_distance``).
 A match keeps its id; a new cluster gets the next id of this clusterer's namespace; an old
 cluster left without a match is retired with a ClusterUpdated of size 0 naming where its members
-went. Ids are a function of the input order, so a replay yields the same ids.
+went.
 
-Events: ClusterAssigned once per episode, when it first belongs to a macro-cluster (at ``add`` if
-its micro-cluster already has one, else at the next re-clustering that gives it one; later drift
-is visible through ``label_of``, not re-announced). ClusterUpdated for every new or changed
-cluster at each re-clustering, natural key (cluster_id, revision, summary_source).
+Output (failures.clusters), each event with ``position`` (its index in this output, 0-based:
+event id = (namespace, position)) and ``revision`` (effective re-clusterings so far):
+- ``add``: ClusterAssigned(intake=true, the embedding, cluster_id = the episode's micro-cluster's
+  current macro cluster, or "noise") at once. Then, when the schedule says so, a re-clustering.
+- a re-clustering: ClusterUpdated for every new, changed and retired cluster, then
+  ClusterAssigned(intake=false) for every episode whose cluster changed (to "noise" included).
+  The latest assignment of an episode by position is its current cluster (``label_of``).
+- ``summary_event``: a ClusterUpdated with a language model's summary for a cluster revision.
+
+Schedule: a re-clustering runs inside ``add`` once ``max(1, min(recluster_every,
+int(recluster_fraction * intakes)))`` intakes have passed since the last scheduled one: after each
+of the first intakes, every 10% while the clusterer is young, every ``recluster_every`` later.
+It depends on the intake count only, so re-executing the intakes re-executes it.
+
+Purity: a re-clustering computes on faded copies and changes nothing (no revision, no fading, no
+id) unless it emits events; ``add`` applies fading to the micro-clusters it touches only. So an
+extra ``recluster()`` that finds nothing new leaves no trace, in the state or the log.
 """
 
 from __future__ import annotations
@@ -32,6 +48,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -40,11 +57,15 @@ from sklearn.metrics import adjusted_rand_score
 
 from schemas.events import make_event, stable_id
 from streams.exceptions import ClustererError, ConfigError
+from streams.failures.detector import FAILURE_TYPES
+from streams.failures.embedding import SITE_FEATURES, EpisodeFacts
 from streams.failures.summaries import ClusterStats
 
-CLUSTERER_VERSION = "failure-clusterer/1.0"
+CLUSTERER_VERSION = "failure-clusterer/2.0"
 PRODUCER = "failure-clusterer"
-NOISE = -1
+NOISE = -1  # DBSCAN's noise label
+NOISE_ID = "noise"  # cluster_id of an assignment to no cluster
+EMPTY_SCENARIO = {"scenario_id": "", "env_name": "", "horizon": 0, "instruction": ""}  # ScenarioSpec default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,11 +78,12 @@ class ClustererConfig:
     macro_eps: float = 1.25  # DBSCAN eps over micro-cluster centres; keep it above 2 * micro_radius,
     # the largest gap between neighbouring micro-centres of one dense region
     macro_min_weight: int = 3  # DBSCAN min_samples, summed micro-cluster weight (~episodes)
-    recluster_every: int = 50  # adds between macro re-clusterings
+    recluster_every: int = 50  # at most this many intakes between scheduled re-clusterings
+    recluster_fraction: float = 0.1  # ... and at most this fraction of the intakes so far (at least 1)
     match_min_overlap: float = 0.2  # weighted Jaccard overlap for a new cluster to inherit an old id
     match_max_distance: float = 1.0  # else centroid distance within which it inherits one
     top_scenarios: int = 5  # scenarios named per cluster
-    namespace: str = "failures"  # cluster ids derive from it and a sequence number
+    namespace: str = "failures"  # cluster ids and event ids derive from it
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -95,7 +117,14 @@ class MicroCluster:
     updated: int  # add index the fading was last applied at
     representative_episode_id: str
     representative_scenario_id: str
+    representative_scenario: dict | None = None
     scenarios: Counter = field(default_factory=Counter)
+    models: Counter = field(default_factory=Counter)
+    types: Counter = field(default_factory=Counter)  # episodes with a moment of each type
+    roots: Counter = field(default_factory=Counter)  # episodes by root-moment type
+    site_sum: Counter = field(default_factory=Counter)  # SITE_FEATURES name -> sum over members
+    site_n: Counter = field(default_factory=Counter)  # ... and how many members carried it
+    members: dict[str, list[str]] = field(default_factory=dict)  # announced cluster id -> episodes
 
     @property
     def centre(self) -> np.ndarray:
@@ -120,6 +149,12 @@ class MacroCluster:
     revision: int  # clusterer revision of its last ClusterUpdated
     dominant: str = "unknown"
     summary: str = ""
+    failure_types: dict[str, float] = field(default_factory=dict)
+    root_types: dict[str, float] = field(default_factory=dict)
+    model_counts: dict[str, int] = field(default_factory=dict)
+    site: dict[str, float] = field(default_factory=dict)
+    representative_scenario: dict | None = None
+    event_time: datetime | None = None  # of its last ClusterUpdated
 
 
 class _GenericDescriber:
@@ -128,7 +163,8 @@ class _GenericDescriber:
 
 
 class OnlineFailureClusterer:
-    """Micro-clusters per add, DBSCAN macro-clusters per re-clustering, stable ids. Not thread-safe."""
+    """Micro-clusters per add, DBSCAN macro-clusters on a schedule, stable ids, positioned output.
+    Not thread-safe."""
 
     def __init__(self, config: ClustererConfig, describer=None, run_id: str = "", producer: str = PRODUCER):
         self.config = config
@@ -136,40 +172,58 @@ class OnlineFailureClusterer:
         self.run_id = run_id
         self.producer = producer
         self.dims: int | None = None
-        self.updates = 0
-        self.revision = 0
+        self.updates = 0  # intakes
+        self.revision = 0  # effective re-clusterings
+        self.position = 0  # of the next output event
         self.micro: dict[int, MicroCluster] = {}
         self.clusters: dict[str, MacroCluster] = {}
         self._next_micro = 0
         self._next_cluster = 0
+        self._last_scheduled = 0  # intake count at the last scheduled re-clustering
+        self._latest_time: datetime | None = None  # event_time of the latest intake
         self._alias: dict[int, int] = {}  # merged micro id -> the id it merged into
         self._member: dict[str, int] = {}  # episode id -> micro id it joined
         self._macro_of: dict[int, str] = {}  # micro id -> macro cluster id (last re-clustering)
-        self._pending: dict[str, tuple[np.ndarray, str]] = {}  # not yet assigned: x, scenario
-        self._assigned: set[str] = set()
-        # centre matrix, rows aligned with self._order
+        self._label: dict[str, str] = {}  # episode id -> cluster id of its latest assignment
+        self._row: dict[str, int] = {}  # episode id -> row of its embedding in self._x
+        self._facts: dict[str, tuple[str, str]] = {}  # episode id -> (scenario_id, model_id) at intake
+        self._x = np.zeros((0, 0))
+        # micro-cluster centres and their squared distances (inf on the diagonal and unused rows),
+        # rows aligned with self._order; kept up to date per add so a merge costs O(n), not O(n^2)
         self._order: list[int] = []
-        self._centres = np.zeros((0, 0))
+        self._c = np.zeros((0, 0))
+        self._d2 = np.zeros((0, 0))
+
+    def blank(self) -> OnlineFailureClusterer:
+        """A new, empty clusterer with the same configuration (what a restore re-executes into)."""
+        return OnlineFailureClusterer(self.config, self.describer, self.run_id, self.producer)
 
     # -- online part ------------------------------------------------------------------------
 
-    def add(self, episode_id: str, scenario_id: str, x: np.ndarray) -> list[dict]:
-        """Absorb one failed episode; returns ClusterAssigned (if it lands in a known cluster)
-        and, every ``recluster_every`` adds, the re-clustering's events."""
+    def add(self, episode_id: str, scenario_id: str, x: np.ndarray, facts: EpisodeFacts | None = None,
+            event_time: datetime | None = None) -> list[dict]:
+        """Absorb one failed episode; returns its ClusterAssigned(intake=true) and, when the
+        schedule says so, a re-clustering's events. A known episode returns [] (re-delivered)."""
         x = np.asarray(x, dtype=float)
-        if self.dims is None:
-            self.dims = x.shape[0]
-            self._centres = np.zeros((0, self.dims))
-        if x.shape != (self.dims,) or not np.all(np.isfinite(x)):
-            raise ClustererError(f"episode {episode_id}: embedding must be {self.dims} finite numbers, "
+        dims = x.shape[0] if self.dims is None and x.ndim == 1 else self.dims
+        if x.shape != (dims,) or not np.all(np.isfinite(x)):
+            raise ClustererError(f"episode {episode_id}: embedding must be {dims} finite numbers, "
                                  f"got shape {x.shape}")
         if episode_id in self._member:
             return []  # re-delivered: each episode counts once
+        if self.dims is None:
+            self.dims = dims
+            cap = self.config.max_micro_clusters + 1
+            self._c = np.zeros((cap, dims))
+            self._d2 = np.full((cap, cap), np.inf)
+            self._x = np.zeros((64, dims))
+        facts = facts or EpisodeFacts()
         self.updates += 1
+        self._latest_time = event_time
         now = self.updates
         micro = None
         if self._order:
-            d = np.linalg.norm(self._centres - x, axis=1)
+            d = np.linalg.norm(self._c[:len(self._order)] - x, axis=1)
             j = int(np.argmin(d))
             if d[j] <= self.config.micro_radius:
                 micro = self.micro[self._order[j]]
@@ -178,28 +232,52 @@ class OnlineFailureClusterer:
                 micro.weight += 1.0
                 micro.ls += x
                 micro.ss += float(x @ x)
-                micro.scenarios[scenario_id] += 1
-                self._trim(micro)
-                self._centres[j] = micro.centre
+                self._set_centre(j, micro.centre)
         if micro is None:
             micro = MicroCluster(self._next_micro, 1, 1.0, x.copy(), float(x @ x), now, episode_id, scenario_id,
-                                 Counter({scenario_id: 1}))
+                                 facts.scenario)
             self._next_micro += 1
             self.micro[micro.id] = micro
             self._order.append(micro.id)
-            self._centres = np.vstack([self._centres, x[None, :]])
-            if len(self._order) > self.config.max_micro_clusters:
-                self._merge_closest(now)
-        self._member[episode_id] = micro.id
-        events: list[dict] = []
-        macro_id = self._macro_of.get(self._resolve(micro.id))
-        if macro_id is not None:
-            events.append(self._assigned_event(episode_id, scenario_id, x, self.clusters[macro_id]))
-        else:
-            self._pending[episode_id] = (x, scenario_id)
-        if self.updates % self.config.recluster_every == 0:
+            self._set_centre(len(self._order) - 1, x)
+        self._tally(micro, scenario_id, facts)
+        if len(self._order) > self.config.max_micro_clusters:
+            self._merge_closest(now)
+        home = self.micro[self._resolve(micro.id)]
+        self._member[episode_id] = home.id
+        label = self._macro_of.get(home.id, NOISE_ID)
+        home.members.setdefault(label, []).append(episode_id)
+        self._label[episode_id] = label
+        self._facts[episode_id] = (scenario_id, facts.model_id)
+        self._store(episode_id, x)
+        events = [self._assigned_event(episode_id, scenario_id, facts.model_id, x, label, home, intake=True)]
+        if self.updates - self._last_scheduled >= self.recluster_gap():
+            self._last_scheduled = self.updates
             events += self.recluster()
         return events
+
+    def recluster_gap(self) -> int:
+        """Intakes between scheduled re-clusterings at the current intake count."""
+        c = self.config
+        return max(1, min(c.recluster_every, int(c.recluster_fraction * self.updates)))
+
+    def _tally(self, micro: MicroCluster, scenario_id: str, facts: EpisodeFacts) -> None:
+        micro.scenarios[scenario_id] += 1
+        micro.models[facts.model_id] += 1
+        micro.types.update(facts.failure_types)
+        if facts.root_type is not None:
+            micro.roots[facts.root_type] += 1
+        for name, value in facts.site:
+            micro.site_sum[name] += value
+            micro.site_n[name] += 1
+        self._trim(micro)
+
+    def _store(self, episode_id: str, x: np.ndarray) -> None:
+        row = len(self._row)
+        if row == self._x.shape[0]:
+            self._x = np.vstack([self._x, np.zeros_like(self._x)])
+        self._x[row] = x
+        self._row[episode_id] = row
 
     def _fade(self, micro: MicroCluster, now: int) -> None:
         hl = self.config.half_life_updates
@@ -215,12 +293,17 @@ class OnlineFailureClusterer:
         if len(micro.scenarios) > 2 * keep:
             micro.scenarios = Counter(dict(micro.scenarios.most_common(keep)))
 
+    def _set_centre(self, row: int, centre: np.ndarray) -> None:
+        n = len(self._order)
+        self._c[row] = centre
+        d = ((self._c[:n] - centre) ** 2).sum(axis=1)
+        d[row] = np.inf
+        self._d2[row, :n] = d
+        self._d2[:n, row] = d
+
     def _merge_closest(self, now: int) -> None:
-        c = self._centres
-        sq = (c * c).sum(axis=1)
-        d2 = sq[:, None] + sq[None, :] - 2 * c @ c.T
-        np.fill_diagonal(d2, np.inf)
-        i, j = np.unravel_index(int(np.argmin(d2)), d2.shape)
+        n = len(self._order)
+        i, j = divmod(int(np.argmin(self._d2[:n, :n])), n)
         a, b = self.micro[self._order[i]], self.micro[self._order[j]]
         self._fade(a, now)
         self._fade(b, now)
@@ -229,15 +312,27 @@ class OnlineFailureClusterer:
         keep.weight += gone.weight
         keep.ls += gone.ls
         keep.ss += gone.ss
-        keep.scenarios.update(gone.scenarios)
+        for name in ("scenarios", "models", "types", "roots", "site_sum", "site_n"):
+            getattr(keep, name).update(getattr(gone, name))
+        for label, episodes in gone.members.items():
+            keep.members.setdefault(label, []).extend(episodes)
+            for e in episodes:
+                self._member[e] = keep.id
         self._trim(keep)
         self._alias[gone.id] = keep.id
         del self.micro[gone.id]
-        gone_row = self._order.index(gone.id)
-        keep_row = self._order.index(keep.id)
-        self._centres[keep_row] = keep.centre
-        self._centres = np.delete(self._centres, gone_row, axis=0)
-        del self._order[gone_row]
+        gone_row, keep_row, last = self._order.index(gone.id), self._order.index(keep.id), n - 1
+        if gone_row != last:  # the last row takes the gone one's place
+            self._order[gone_row] = self._order[last]
+            self._c[gone_row] = self._c[last]
+            self._d2[gone_row, :n] = self._d2[last, :n]
+            self._d2[:n, gone_row] = self._d2[:n, last]
+            self._d2[gone_row, gone_row] = np.inf
+            keep_row = gone_row if keep_row == last else keep_row
+        self._order.pop()
+        self._d2[last, :n] = np.inf
+        self._d2[:n, last] = np.inf
+        self._set_centre(keep_row, keep.centre)
 
     def _resolve(self, micro_id: int) -> int:
         while micro_id in self._alias:
@@ -249,46 +344,52 @@ class OnlineFailureClusterer:
     def recluster(self) -> list[dict]:
         """DBSCAN over micro-cluster centres, ids matched to the previous clusters; returns the
         ClusterUpdated events of new, changed and retired clusters and the ClusterAssigned of
-        episodes that now belong to a cluster."""
+        episodes whose cluster changed. Changes no state when it returns []."""
         if not self._order:
             return []
-        self.revision += 1
-        now = self.updates
-        for m in self.micro.values():
-            self._fade(m, now)
         ids = list(self._order)
-        centres = np.array([self.micro[i].centre for i in ids])
-        w = np.array([self.micro[i].weight for i in ids])
-        # A precomputed distance matrix: at a few hundred micro-clusters it is tiny, and it skips
-        # sklearn's threaded neighbour search, whose start-up costs ~30 ms per call.
-        sq = (centres * centres).sum(axis=1)
-        dist = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * centres @ centres.T, 0.0))
+        weights, sums = self._faded(ids, self.updates)
+        # The distance matrix kept per add, precomputed for DBSCAN: at a few hundred micro-clusters it
+        # is tiny, and it skips sklearn's threaded neighbour search, whose start-up costs ~30 ms a call.
+        dist = np.sqrt(self._d2[:len(ids), :len(ids)])
+        np.fill_diagonal(dist, 0.0)
         labels = DBSCAN(eps=self.config.macro_eps, min_samples=self.config.macro_min_weight, metric="precomputed") \
-            .fit(dist, sample_weight=w).labels_
+            .fit(dist, sample_weight=weights).labels_
         groups: dict[int, list[int]] = {}
         for micro_id, label in zip(ids, labels, strict=True):
             if label != NOISE:
                 groups.setdefault(int(label), []).append(micro_id)
         new = [frozenset(g) for _, g in sorted(groups.items())]
+        row = {m: i for i, m in enumerate(ids)}
+        weight_of = {m: float(weights[i]) for i, m in enumerate(ids)}
+        new_centroids = []
+        for g in new:
+            rows = [row[m] for m in sorted(g)]
+            new_centroids.append(sums[rows].sum(axis=0) / weights[rows].sum())
         old = list(self.clusters.values())
         old_members = [frozenset(self._resolve(m) for m in c.micro_ids) for c in old]
-        weight_of = {i: self.micro[i].weight for i in ids}
-        new_centroids = [self._centroid(g) for g in new]
         pairs = self._match(new, new_centroids, old, old_members, weight_of)
 
-        events: list[dict] = []
+        revision = self.revision + 1
+        next_cluster = self._next_cluster
+        changed: list[MacroCluster] = []
         clusters: dict[str, MacroCluster] = {}
         for k, members in enumerate(new):
             prev = old[pairs[k]] if k in pairs else None
-            cid = prev.id if prev is not None else self._new_id()
-            cluster = self._build(cid, members, new_centroids[k], prev)
+            nearest = self._nearest(members, new_centroids[k], row)
+            size = sum(self.micro[m].count for m in members)
+            if prev is not None and prev.micro_ids == members and prev.size == size \
+                    and prev.representative_episode_id == nearest.representative_episode_id \
+                    and np.allclose(prev.centroid, new_centroids[k]):
+                clusters[prev.id] = prev
+                continue
+            if prev is None:
+                next_cluster += 1
+            cid = prev.id if prev is not None else self._cluster_id(next_cluster)
+            cluster = self._build(cid, members, new_centroids[k], nearest, size, revision)
             clusters[cid] = cluster
-            changed = prev is None or prev.size != cluster.size or prev.micro_ids != cluster.micro_ids \
-                or not np.allclose(prev.centroid, cluster.centroid)
-            if changed:
-                events.append(self._updated_event(cluster))
-            else:
-                cluster.revision, cluster.dominant, cluster.summary = prev.revision, prev.dominant, prev.summary
+            changed.append(cluster)
+        retired: list[tuple[MacroCluster, str]] = []
         matched_old = set(pairs.values())
         for o, (prev, members) in enumerate(zip(old, old_members, strict=True)):
             if o in matched_old:
@@ -298,20 +399,57 @@ class OnlineFailureClusterer:
                 shared = members & c.micro_ids
                 if shared:
                     heirs[cid] = sum(weight_of.get(m, 0.0) for m in shared)
-            where = f"merged into {heirs.most_common(1)[0][0]}" if heirs else "dissolved into noise"
-            events.append(self._retired_event(prev, where))
+            retired.append((prev, f"merged into {heirs.most_common(1)[0][0]}" if heirs else "dissolved into noise"))
+        macro_of = {m: c.id for c in clusters.values() for m in c.micro_ids}
+        moves: list[tuple[MicroCluster, str]] = []  # micro-clusters with members announced elsewhere
+        for m in ids:
+            micro = self.micro[m]
+            target = macro_of.get(m, NOISE_ID)
+            if list(micro.members) != [target]:
+                moves.append((micro, target))
+        if not (changed or retired or moves):
+            return []
+
+        # commit: from here on the state changes, and every change is in the events returned
+        self.revision = revision
+        self._next_cluster = next_cluster
         self.clusters = clusters
-        self._macro_of = {m: c.id for c in clusters.values() for m in c.micro_ids}
-        for episode_id, (x, scenario_id) in list(self._pending.items()):
-            cid = self._macro_of.get(self._resolve(self._member[episode_id]))
-            if cid is not None:
-                events.append(self._assigned_event(episode_id, scenario_id, x, clusters[cid]))
-                del self._pending[episode_id]
+        self._macro_of = macro_of
+        events = []
+        for cluster in changed:
+            cluster.dominant, cluster.summary = self.describer.describe(self.stats(cluster))
+            cluster.event_time = self._latest_time
+            events.append(self._updated_event(cluster, cluster.summary, "features"))
+        for prev, where in retired:
+            events.append(self._retired_event(prev, where))
+        for micro, target in moves:
+            cluster = clusters.get(target)
+            regrouped: list[str] = []
+            for label, episodes in micro.members.items():
+                regrouped += episodes
+                if label == target:
+                    continue
+                for e in episodes:
+                    self._label[e] = target
+                    events.append(self._assigned_event(e, None, None, self._x[self._row[e]], target, micro,
+                                                       intake=False, cluster=cluster))
+            micro.members = {target: regrouped}
         return events
 
-    def _centroid(self, members: frozenset[int]) -> np.ndarray:
-        total = sum(self.micro[m].weight for m in members)
-        return sum(self.micro[m].ls for m in members) / total
+    def _faded(self, ids: list[int], now: int) -> tuple[np.ndarray, np.ndarray]:
+        """Micro-cluster weights and linear sums faded to ``now``, without touching the micro-clusters."""
+        weights = np.array([self.micro[m].weight for m in ids])
+        sums = np.vstack([self.micro[m].ls for m in ids])
+        hl = self.config.half_life_updates
+        if hl is not None:
+            factor = np.array([0.5 ** ((now - self.micro[m].updated) / hl) for m in ids])
+            weights = weights * factor
+            sums = sums * factor[:, None]
+        return weights, sums
+
+    def _nearest(self, members: frozenset[int], centroid: np.ndarray, row: dict[int, int]) -> MicroCluster:
+        return min((self.micro[m] for m in members),
+                   key=lambda m: (float(np.linalg.norm(self._c[row[m.id]] - centroid)), -m.count, m.id))
 
     def _match(self, new, new_centroids, old, old_members, weight_of) -> dict[int, int]:
         """new index -> old index, by overlap then by centroid distance (Hungarian both times)."""
@@ -321,9 +459,9 @@ class OnlineFailureClusterer:
         overlap = np.zeros((len(new), len(old)))
         for k, a in enumerate(new):
             for o, b in enumerate(old_members):
-                inter = sum(weight_of.get(m, 0.0) for m in a & b)
+                inter = sum(weight_of.get(m, 0.0) for m in sorted(a & b))
                 if inter > 0:
-                    union = sum(weight_of.get(m, 0.0) for m in a | b)
+                    union = sum(weight_of.get(m, 0.0) for m in sorted(a | b))
                     overlap[k, o] = inter / union
         rows, cols = linear_sum_assignment(-overlap)
         for k, o in zip(rows, cols, strict=True):
@@ -340,21 +478,30 @@ class OnlineFailureClusterer:
                     pairs[rest_new[r]] = rest_old[c]
         return pairs
 
-    def _new_id(self) -> str:
-        self._next_cluster += 1
-        return f"fc-{stable_id('failure-cluster', self.config.namespace, self._next_cluster)[:12]}"
+    def _cluster_id(self, sequence: int) -> str:
+        return f"fc-{stable_id('failure-cluster', self.config.namespace, sequence)[:12]}"
 
-    def _build(self, cid: str, members: frozenset[int], centroid: np.ndarray, prev: MacroCluster | None) \
-            -> MacroCluster:
-        micros = [self.micro[m] for m in members]
-        nearest = min(micros, key=lambda m: (float(np.linalg.norm(m.centre - centroid)), -m.count, m.id))
-        scenarios = Counter()
-        for m in micros:
-            scenarios.update(m.scenarios)
+    def _build(self, cid: str, members: frozenset[int], centroid: np.ndarray, nearest: MicroCluster, size: int,
+               revision: int) -> MacroCluster:
+        scenarios, models, types, roots, site_sum, site_n = Counter(), Counter(), Counter(), Counter(), \
+            Counter(), Counter()
+        for m in sorted(members):
+            micro = self.micro[m]
+            scenarios.update(micro.scenarios)
+            models.update(micro.models)
+            types.update(micro.types)
+            roots.update(micro.roots)
+            site_sum.update(micro.site_sum)
+            site_n.update(micro.site_n)
         top = tuple(sorted(scenarios.items(), key=lambda kv: (-kv[1], kv[0]))[:self.config.top_scenarios])
-        return MacroCluster(cid, members, centroid, sum(m.count for m in micros),
-                            nearest.representative_episode_id, nearest.representative_scenario_id, top,
-                            self.revision)
+        return MacroCluster(
+            cid, members, centroid, size, nearest.representative_episode_id, nearest.representative_scenario_id,
+            top, revision,
+            failure_types={t: types[t] / size for t in FAILURE_TYPES if types[t]},
+            root_types={t: roots[t] / size for t in FAILURE_TYPES if roots[t]},
+            model_counts={k: models[k] for k in sorted(models)},
+            site={k: site_sum[k] / site_n[k] for k in SITE_FEATURES if site_n[k]},
+            representative_scenario=nearest.representative_scenario)
 
     def stats(self, cluster: MacroCluster) -> ClusterStats:
         return ClusterStats(cluster.id, cluster.size, cluster.centroid, cluster.representative_episode_id,
@@ -362,50 +509,96 @@ class OnlineFailureClusterer:
 
     # -- events -----------------------------------------------------------------------------
 
-    def _assigned_event(self, episode_id: str, scenario_id: str, x: np.ndarray, cluster: MacroCluster) -> dict:
-        self._assigned.add(episode_id)
-        return make_event("ClusterAssigned", (episode_id, cluster.id), self.producer, self.run_id,
-                          cluster_id=cluster.id, episode_id=episode_id, scenario_id=scenario_id,
-                          distance=float(np.linalg.norm(x - cluster.centroid)), embedding=x.tolist(),
-                          clusterer_version=CLUSTERER_VERSION)
+    def _event(self, event_type: str, revision: int, event_time: datetime | None, **fields) -> dict:
+        position = self.position
+        self.position += 1
+        return make_event(event_type, (self.config.namespace, position), self.producer, self.run_id,
+                          event_time=event_time, position=position, revision=revision,
+                          clusterer_version=CLUSTERER_VERSION, **fields)
 
-    def _updated_event(self, cluster: MacroCluster) -> dict:
-        dominant, summary = self.describer.describe(self.stats(cluster))
-        cluster.dominant, cluster.summary = dominant, summary
-        return self.updated_event(cluster, summary, "features")
+    def _assigned_event(self, episode_id: str, scenario_id: str | None, model_id: str | None, x: np.ndarray,
+                        label: str, micro: MicroCluster, intake: bool, cluster: MacroCluster | None = None) -> dict:
+        cluster = cluster or self.clusters.get(label)
+        centre = cluster.centroid if cluster is not None else micro.centre
+        if scenario_id is None:  # a re-assignment: what the intake said
+            scenario_id, model_id = self._facts[episode_id]
+        return self._event("ClusterAssigned", self.revision, self._latest_time,
+                           cluster_id=label, episode_id=episode_id, scenario_id=scenario_id,
+                           distance=float(np.linalg.norm(x - centre)), embedding=x.tolist() if intake else [],
+                           model_id=model_id, intake=intake)
 
-    def updated_event(self, cluster: MacroCluster, summary: str, source: str) -> dict:
-        """ClusterUpdated for ``cluster`` at its revision; ``source`` is "features" or "llm"."""
-        return make_event("ClusterUpdated", (cluster.id, cluster.revision, source), self.producer, self.run_id,
-                          cluster_id=cluster.id, centroid=cluster.centroid.tolist(), size=cluster.size,
-                          representative_episode_id=cluster.representative_episode_id,
-                          representative_scenario_id=cluster.representative_scenario_id,
-                          dominant_failure_type=cluster.dominant, summary=summary, summary_source=source,
-                          clusterer_version=CLUSTERER_VERSION)
+    def _updated_event(self, cluster: MacroCluster, summary: str, source: str) -> dict:
+        return self._event("ClusterUpdated", cluster.revision, cluster.event_time, **self._cluster_fields(cluster),
+                           size=cluster.size, summary=summary, summary_source=source)
+
+    def _cluster_fields(self, cluster: MacroCluster) -> dict:
+        return dict(cluster_id=cluster.id, centroid=cluster.centroid.tolist(),
+                    representative_episode_id=cluster.representative_episode_id,
+                    representative_scenario_id=cluster.representative_scenario_id,
+                    dominant_failure_type=cluster.dominant, failure_types=cluster.failure_types,
+                    root_types=cluster.root_types, model_counts=cluster.model_counts,
+                    scenario_counts=dict(cluster.top_scenarios), site=cluster.site,
+                    representative_scenario=cluster.representative_scenario or EMPTY_SCENARIO)
 
     def _retired_event(self, cluster: MacroCluster, where: str) -> dict:
-        return make_event("ClusterUpdated", (cluster.id, self.revision, "features"), self.producer, self.run_id,
-                          cluster_id=cluster.id, centroid=cluster.centroid.tolist(), size=0,
-                          representative_episode_id=cluster.representative_episode_id,
-                          representative_scenario_id=cluster.representative_scenario_id,
-                          dominant_failure_type=cluster.dominant,
-                          summary=f"retired at revision {self.revision}: {where}", summary_source="features",
-                          clusterer_version=CLUSTERER_VERSION)
+        return self._event("ClusterUpdated", self.revision, self._latest_time, **self._cluster_fields(cluster),
+                           size=0, summary=f"retired at revision {self.revision}: {where}", summary_source="features")
+
+    def summary_event(self, cluster_id: str, revision: int, summary: str) -> dict | None:
+        """The ClusterUpdated (summary_source "llm") carrying ``summary`` for the cluster at
+        ``revision``, at the next position; None when the cluster has changed since."""
+        cluster = self.clusters.get(cluster_id)
+        if cluster is None or cluster.revision != revision:
+            return None
+        return self._updated_event(cluster, summary, "llm")
+
+    def skip_position(self) -> None:
+        """A restore met a recorded event it does not re-derive (a language-model summary)."""
+        self.position += 1
 
     # -- queries ----------------------------------------------------------------------------
 
     def label_of(self, episode_id: str) -> str | None:
-        """The macro cluster the episode's micro-cluster belongs to now (None: noise / not yet)."""
-        micro = self._member.get(episode_id)
-        return None if micro is None else self._macro_of.get(self._resolve(micro))
+        """The cluster of the episode's latest assignment (None: noise, or not taken in)."""
+        label = self._label.get(episode_id)
+        return None if label in (None, NOISE_ID) else label
 
     def labels(self, episode_ids) -> list[str | None]:
         return [self.label_of(e) for e in episode_ids]
 
+    def knows(self, episode_id: str) -> bool:
+        """True once the episode was taken in."""
+        return episode_id in self._member
+
     @property
     def pending(self) -> int:
-        """Episodes absorbed but not yet in any macro cluster."""
-        return len(self._pending)
+        """Episodes taken in whose latest assignment is noise."""
+        return sum(len(m.members.get(NOISE_ID, ())) for m in self.micro.values())
+
+    def state(self) -> dict:
+        """Everything the clusterer holds, as plain values (tests compare a restored clusterer with
+        one that never stopped)."""
+        def plain(obj):
+            if isinstance(obj, np.ndarray):
+                return obj.tolist()
+            if isinstance(obj, (MicroCluster, MacroCluster)):
+                return {f.name: plain(getattr(obj, f.name)) for f in fields(obj)}
+            if isinstance(obj, dict):
+                return {k: plain(v) for k, v in obj.items()}
+            if isinstance(obj, (list, tuple)):
+                return [plain(v) for v in obj]
+            if isinstance(obj, frozenset):
+                return sorted(obj)
+            return obj
+
+        names = ("dims", "updates", "revision", "position", "micro", "clusters", "_next_micro", "_next_cluster",
+                 "_last_scheduled", "_alias", "_member", "_macro_of", "_label", "_row", "_order")
+        out = {name: plain(getattr(self, name)) for name in names}
+        out["_c"] = self._c[:len(self._order)].tolist()
+        out["_d2"] = self._d2[:len(self._order), :len(self._order)].tolist()
+        out["_x"] = self._x[:len(self._row)].tolist()
+        out["_facts"] = plain(self._facts)
+        return out
 
 
 BATCH_MIN_SAMPLES = 5  # batch reference: DBSCAN's usual default core size

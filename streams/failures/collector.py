@@ -1,34 +1,39 @@
-"""The failure-clusterer agent's pure core: gathers each episode's start, moments and end, embeds
-each failed episode once it has settled, and feeds the online clusterer.
+"""The failure-clusterer agent's pure core: EpisodeAnalysed in, positioned cluster events out, and
+the restore that rebuilds the clusterer from its own output.
 
-    stage = ClusterStage(OnlineFailureClusterer(...), EmbeddingConfig(), CollectorConfig(), run_id="streams")
-    outgoing = stage.process(raw_messages)   # ClusterAssigned / ClusterUpdated and DeadLetters
-    outgoing += stage.tick()                  # settled episodes; a re-clustering when one is due
+    stage = ClusterStage(OnlineFailureClusterer(...), EmbeddingConfig(), CollectorConfig(), "sepa.", "streams")
+    outgoing = stage.process(raw_messages)      # failures.episodes -> ClusterAssigned / ClusterUpdated, DeadLetters
+    log = ClusterLog(codec); log.add(raw)       # every message of failures.clusters, from the beginning
+    outgoing = stage.restore(log, analysed)     # re-executes the log; returns what it lacks at its end
 
-FailureMoments (failures.moments) and EpisodeEnded (rollout.episodes) travel on different topics,
-and the detector may be far behind the episodes topic (a backlog at start-up), so the end alone
-does not mean all of an episode's moments are in. The detector emits an episode's end-only
-moments (``on_end``: timeout last) after all of its other moments, on the same partition, so:
+Input: failures.episodes carries one EpisodeAnalysed per ended episode, on one partition, so the
+clusterer sees every episode once it is decided, in one order. A *failed* episode (success false,
+analysed, termination not in ``skip_terminations``), and a *fragile success* (a success with
+failure moments, recovered or not; ``fragile_successes``), is embedded from its moments, quality
+and scenario and taken in at once; anything else is counted and passed over; an episode already taken
+in (a re-delivery, or input re-read after a restart) is skipped. An episode that cannot be
+embedded (a failure type this version does not know) is dead-lettered with the reason.
 
-- a failed episode that ended by "timeout" is complete when its EpisodeEnded and its timeout
-  moment are both in: it is embedded then;
-- any other failed episode (policy_error, ...; or one the detector did not analyse) is embedded
-  ``settle_s`` after the later of its EpisodeEnded and its last moment.
+Restore: the output log is the clusterer's history. ``restore`` re-executes it in position order
+on a blank clusterer, from the EpisodeAnalysed events of the episodes it took in: an intake
+(ClusterAssigned intake=true) takes the episode in again, the re-clustering its schedule runs
+follows by itself, a recorded re-clustering that no intake explains (``recluster_idle_s``) runs
+again, a language-model summary keeps its position. Every re-derived event must equal the
+recorded one at its position (content: every field but envelope.event_time), else restore
+raises ClustererError naming the first difference. Events the last re-executed step derives
+beyond the log's end (a crash between two of one step's sends) are returned, to be published.
 
-Moments arriving after embedding are counted (``stats["late_moments"]``), not re-embedded.
-Successful episodes and those ended by ``skip_terminations`` are not failures: they are dropped as
-soon as their EpisodeEnded arrives.
-
-Clustering is global: run this stage in exactly one worker (see streams.app).
+Clustering is global: failures.episodes has one partition, so exactly one worker's clusterer is
+active (see streams/failures/agents.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
@@ -36,41 +41,35 @@ from schemas.exceptions import SchemaError
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.exceptions import ClustererError, ConfigError
 from streams.failures.clusterer import OnlineFailureClusterer
-from streams.failures.embedding import EmbeddingConfig, FailedEpisode, embed
+from streams.failures.embedding import EmbeddingConfig, FailedEpisode, embed, facts
 from streams.failures.summaries import ClusterStats
 
 log = logging.getLogger("sepa.streams.failures.collector")
 CONSUMER = "failure-clusterer"
-INPUT_TOPICS = ("failures.moments", "rollout.episodes")
+INPUT_TOPIC = "failures.episodes"
 OUTPUT_TOPIC = "failures.clusters"
 
 
 @dataclass(frozen=True, kw_only=True)
 class CollectorConfig:
-    settle_s: float = 30.0  # without a timeout moment to close it: wait this long after the end / last moment, s
-    idle_timeout_s: float = 3600.0  # an episode with no EpisodeEnded and no event for this long is dropped, s
-    max_open_episodes: int = 100_000  # beyond this the least recently active episode is dropped
-    remember_finished: int = 100_000  # embedded episode ids remembered to count late moments
-    recluster_interval_s: float = 30.0  # re-cluster at least this often while episodes await a cluster, s
-    skip_terminations: tuple[str, ...] = ("env_error", "aborted")  # not policy failures: not embedded
+    skip_terminations: tuple[str, ...] = ("env_error", "aborted")  # not policy failures: not clustered
+    # A success with failure moments (a miss it recovered from, a collision on the way) is a fragile
+    # win: binary success hides it, and at a saturated benchmark it is most of what there is to mine.
+    # Off here (the clusterer of failures); the product turns it on (infra/streams_worker.py).
+    fragile_successes: bool = False
+    # Re-cluster after this long without input when episodes came in since the last re-clustering,
+    # s; None (the default) = only on the intake schedule, so the clusters are a function of the
+    # input alone (a report taken once every episode is in stays true later).
+    recluster_idle_s: float | None = None
+    restore_timeout_s: float = 300.0  # reading failures.clusters / failures.episodes at a restore, s
 
     def __post_init__(self) -> None:
-        for name in ("settle_s", "idle_timeout_s", "recluster_interval_s"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"CollectorConfig.{name} must be >= 0, got {getattr(self, name)!r}")
-        for name in ("max_open_episodes", "remember_finished"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ConfigError(f"CollectorConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
-
-
-@dataclass
-class _Gathered:
-    moments: dict[str, dict] = field(default_factory=dict)  # by event id: re-deliveries count once
-    scenario: dict | None = None
-    ended: dict | None = None
-    settle_from: float = 0.0
-    last_seen: float = 0.0
-    closed: bool = False  # the detector's last word on it (the timeout moment) is in
+        if self.recluster_idle_s is not None and not self.recluster_idle_s > 0:
+            raise ConfigError(f"CollectorConfig.recluster_idle_s must be > 0 or None, got {self.recluster_idle_s!r}")
+        if not self.restore_timeout_s > 0:
+            raise ConfigError(f"CollectorConfig.restore_timeout_s must be > 0, got {self.restore_timeout_s!r}")
+        if not all(isinstance(t, str) for t in self.skip_terminations):
+            raise ConfigError(f"CollectorConfig.skip_terminations must be strings, got {self.skip_terminations!r}")
 
 
 @dataclass(frozen=True)
@@ -83,8 +82,91 @@ class SummaryRequest:
     feature_summary: str
 
 
+def _content(event: dict) -> dict:
+    """An event without its envelope.event_time: what "the same content" compares."""
+    return {**event, "envelope": {k: v for k, v in event["envelope"].items() if k != "event_time"}}
+
+
+def _difference(derived: dict, logged: dict) -> str:
+    a, b = _content(derived), _content(logged)
+    for name in sorted(set(a) | set(b)):
+        if a.get(name) != b.get(name):
+            if name == "envelope":
+                keys = sorted(k for k in set(a[name]) | set(b[name]) if a[name].get(k) != b[name].get(k))
+                return f"envelope {', '.join(keys)}: re-derived {[a[name].get(k) for k in keys]!r}, " \
+                       f"logged {[b[name].get(k) for k in keys]!r}"
+            return f"{name}: re-derived {str(a.get(name))[:120]}, logged {str(b.get(name))[:120]}"
+    return "no difference"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One event of the output log: its bytes and what a restore decides on without decoding it again."""
+
+    position: int
+    event_type: str
+    event_id: str
+    intake_of: str | None  # the episode a ClusterAssigned(intake=true) takes in
+    llm: bool  # a language model's summary
+    value: bytes
+
+
+class ClusterLog:
+    """failures.clusters as read from the beginning: the clusterer's events by position.
+
+    A re-sent event (same position, same content) counts once. A different event at a position
+    already held (only a fenced-off former owner could write one) is a conflict: the first in
+    offset order stands, the other is counted and logged. Undecodable messages are counted. Holds
+    bytes, not decoded events, so a long history restores in bounded memory."""
+
+    def __init__(self, codec: Codec):
+        self.codec = codec
+        self.events: dict[int, Recorded] = {}
+        self.stats: Counter = Counter()
+
+    def add(self, raw: RawMessage) -> None:
+        self.stats["messages"] += 1
+        try:
+            event = self.codec.decode(raw.value)
+        except SchemaError as exc:
+            self.stats["undecodable"] += 1
+            log.warning("%s[%s]@%s is not a cluster event, passed over: %s", raw.topic, raw.partition, raw.offset,
+                        exc)
+            return
+        event_type = event["envelope"]["event_type"]
+        if event_type not in ("ClusterAssigned", "ClusterUpdated"):
+            self.stats["foreign"] += 1
+            return
+        position = event["position"]
+        held = self.events.get(position)
+        if held is None:
+            intake = event["episode_id"] if event_type == "ClusterAssigned" and event["intake"] else None
+            self.events[position] = Recorded(position, event_type, event["envelope"]["event_id"], intake,
+                                             event_type == "ClusterUpdated" and event["summary_source"] == "llm",
+                                             raw.value)
+        elif held.value == raw.value or _content(self.codec.decode(held.value)) == _content(event):
+            self.stats["duplicates"] += 1
+        else:
+            self.stats["conflicts"] += 1
+            log.error("%s[%s]@%s: a second, different event at position %d (%s, kept: %s): %s", raw.topic,
+                      raw.partition, raw.offset, position, event["envelope"]["event_id"], held.event_id,
+                      _difference(event, self.codec.decode(held.value)))
+
+    def intake_episodes(self) -> set[str]:
+        return {r.intake_of for r in self.events.values() if r.intake_of is not None}
+
+    def ordered(self) -> list[Recorded]:
+        """The events at positions 0..n-1; raises ClustererError at the first missing position."""
+        n = len(self.events)
+        if n and max(self.events) != n - 1:
+            gap = next(p for p in range(n + 1) if p not in self.events)
+            raise ClustererError(f"{OUTPUT_TOPIC} lacks position {gap} of the clusterer's output (it holds "
+                                 f"{n} positions up to {max(self.events)}): its history cannot be re-executed")
+        return [self.events[p] for p in range(n)]
+
+
 class ClusterStage:
-    """Decode, gather, embed settled failed episodes, cluster. Synchronous; one per process."""
+    """Decode, embed failed episodes, cluster, restore. Synchronous; one active per deployment."""
 
     def __init__(self, clusterer: OnlineFailureClusterer, embedding_config: EmbeddingConfig,
                  config: CollectorConfig, topic_prefix: str, run_id: str, codec: Codec | None = None,
@@ -95,13 +177,13 @@ class ClusterStage:
         self.codec = codec or Codec()
         self.clock = clock
         self.want_llm_summaries = want_llm_summaries
-        expected = {BY_NAME[name].full_name(topic_prefix): BY_NAME[name] for name in INPUT_TOPICS}
-        self.intake = Intake(self.codec, CONSUMER, run_id, expected)
-        self.open: OrderedDict[str, _Gathered] = OrderedDict()
-        self.finished: OrderedDict[str, bool] = OrderedDict()  # episode id -> it was embedded
+        self.input_topic = BY_NAME[INPUT_TOPIC].full_name(topic_prefix)
+        self.output_topic = BY_NAME[OUTPUT_TOPIC].full_name(topic_prefix)
+        self.intake = Intake(self.codec, CONSUMER, run_id, {self.input_topic: BY_NAME[INPUT_TOPIC]})
         self.stats: Counter = Counter()
         self.summary_requests: list[SummaryRequest] = []
-        self._last_recluster = clock()
+        self._last_input = clock()
+        self._idle_due = False
 
     # -- agent entry points -------------------------------------------------------------------
 
@@ -109,99 +191,131 @@ class ClusterStage:
         out: list[Outgoing] = []
         for raw in messages:
             self.stats["messages"] += 1
+            self._last_input = self.clock()
             event, dead = self.intake.admit(raw)
             if dead is not None:
+                self.stats["dead_lettered"] += 1
                 out.append(dead)
                 continue
-            self.on_event(event)
-        return out + self.tick()
-
-    def tick(self) -> list[Outgoing]:
-        """Embeds and clusters every settled episode; re-clusters when episodes wait too long."""
-        out: list[Outgoing] = []
-        for event in self.flush():
+            passed = self.passed_over(event)
+            if passed is not None:
+                self.stats[passed] += 1
+                continue
+            if self.clusterer.knows(event["episode_id"]):
+                self.stats["already_taken_in"] += 1
+                continue
             try:
-                out.append(Outgoing(OUTPUT_TOPIC, event["cluster_id"].encode(), self.codec.encode(event)))
-            except SchemaError:
-                log.exception("cluster event does not match its schema; dropped: %s", str(event)[:300])
-                self.stats["unencodable"] += 1
+                events = self.take_in(self.clusterer, event)
+            except (ClustererError, ValueError, KeyError) as exc:
+                self.stats["dead_lettered"] += 1
+                out.append(self.intake.refuse(raw, f"EpisodeAnalysed {event['episode_id']}: cannot be clustered: "
+                                                   f"{type(exc).__name__}: {exc}"))
+                continue
+            self.stats["taken_in"] += 1
+            self._idle_due = True
+            out += self._publishable(events)
         return out
 
-    # -- gathering ------------------------------------------------------------------------------
+    def tick(self) -> list[Outgoing]:
+        """The idle re-clustering, when configured and due."""
+        idle = self.config.recluster_idle_s
+        if idle is None or not self._idle_due or self.clock() - self._last_input < idle:
+            return []
+        self._idle_due = False
+        events = self.clusterer.recluster()
+        if events:
+            self.stats["idle_reclusterings"] += 1
+        return self._publishable(events)
 
-    def on_event(self, event: dict) -> None:
-        event_type = event["envelope"]["event_type"]
-        episode_id = event["episode_id"]
-        if episode_id in self.finished:
-            if event_type == "FailureMoment":
-                # a successful episode's moments (a collision on the way) are not failures to cluster
-                self.stats["late_moments" if self.finished[episode_id] else "moments_of_non_failures"] += 1
-            return
-        g = self.open.get(episode_id)
-        if g is None:
-            g = self.open[episode_id] = _Gathered()
-            while len(self.open) > self.config.max_open_episodes:
-                old, _ = self.open.popitem(last=False)
-                self.stats["evicted"] += 1
-                log.warning("dropping episode %s: more than %d open", old, self.config.max_open_episodes)
-        else:
-            self.open.move_to_end(episode_id)
-        now = self.clock()
-        g.last_seen = now
-        if event_type == "FailureMoment":
-            g.moments[event["envelope"]["event_id"]] = event
-            g.settle_from = now
-            if event["failure_type"] == "timeout":
-                g.closed = True
-        elif event_type == "EpisodeStarted":
-            g.scenario = event["scenario"]
-        elif event_type == "EpisodeEnded" and g.ended is None:
-            if event["success"] or event["termination"] in self.config.skip_terminations:
-                del self.open[episode_id]
-                self._remember(episode_id, embedded=False)
-                self.stats["not_failures"] += 1
-                return
-            g.ended, g.settle_from = event, max(g.settle_from, now)
+    # -- intake ---------------------------------------------------------------------------------
 
-    def flush(self) -> list[dict]:
-        """Cluster events for every episode settled by now."""
-        now = self.clock()
-        events: list[dict] = []
-        for episode_id, g in list(self.open.items()):
-            if g.ended is not None and ((g.closed and g.ended["termination"] == "timeout")
-                                        or now - g.settle_from >= self.config.settle_s):
-                del self.open[episode_id]
-                self._remember(episode_id, embedded=True)
-                events += self._embed(episode_id, g)
-            elif g.ended is None and now - g.last_seen >= self.config.idle_timeout_s:
-                del self.open[episode_id]
-                self.stats["idle_dropped"] += 1
-        if self.clusterer.pending and now - self._last_recluster >= self.config.recluster_interval_s:
-            events += self.clusterer.recluster()
-        if any(e["envelope"]["event_type"] == "ClusterUpdated" for e in events):
-            self._last_recluster = now
-            if self.want_llm_summaries:
-                self._request_summaries(events)
+    def passed_over(self, event: dict) -> str | None:
+        """Why an EpisodeAnalysed is not a failure to cluster (a counter name), or None."""
+        if event["success"] and not (self.config.fragile_successes and event["moments"]):
+            return "successes"
+        if not event["analysed"]:
+            return "not_analysed"
+        if event["termination"] in self.config.skip_terminations:
+            return "skipped_terminations"
+        return None
+
+    def take_in(self, clusterer: OnlineFailureClusterer, event: dict) -> list[dict]:
+        episode = FailedEpisode.from_analysed(event)
+        x = embed(episode, self.embedding_config)
+        return clusterer.add(episode.episode_id, episode.scenario_id, x, facts(episode),
+                             event_time=event["envelope"]["event_time"])
+
+    def _publishable(self, events: list[dict]) -> list[Outgoing]:
+        if self.want_llm_summaries:
+            self._request_summaries(events)
+        # Our own events always match their schema (their inputs were checked at the intake); a
+        # failure here is a bug, raised rather than dropped: a dropped event would leave a gap.
+        return [Outgoing(OUTPUT_TOPIC, e["cluster_id"].encode(), self.codec.encode(e)) for e in events]
+
+    # -- restore --------------------------------------------------------------------------------
+
+    def restore(self, history: ClusterLog, analysed: Mapping[str, dict]) -> list[Outgoing]:
+        """Re-executes ``history`` on a blank clusterer (see the module docstring) and makes it this
+        stage's clusterer; ``analysed.get(episode_id)`` gives each intake's EpisodeAnalysed.
+        Returns the re-derived events beyond the log's end, to publish."""
+        clusterer = self.clusterer.blank()
+        logged = history.ordered()
+        pending: deque[dict | None] = deque()  # derived, not compared yet; None: a recorded summary
+        for recorded in logged:
+            if not pending:
+                pending.extend(self._re_execute(clusterer, recorded, analysed))
+            mine = pending.popleft()
+            if mine is None or self.codec.encode(mine) == recorded.value:
+                continue
+            theirs, mine = self.codec.decode(recorded.value), self.codec.decode(self.codec.encode(mine))
+            if _content(mine) != _content(theirs):  # bytes differ, content too (not only the time)
+                raise ClustererError(
+                    f"restore: position {recorded.position} of {self.output_topic} ({recorded.event_type} "
+                    f"{recorded.event_id}) differs from what re-executing the log derives: "
+                    f"{_difference(mine, theirs)}. The log was written by another clusterer version or "
+                    f"configuration ({theirs.get('clusterer_version')}); a changed clusterer needs its own "
+                    "ClustererConfig.namespace and output topic")
+        tail = list(pending)
+        self.clusterer = clusterer
+        self.summary_requests = []
+        self._idle_due = False
+        self.stats["restored_events"] = len(logged)
+        self.stats["restored_intakes"] = clusterer.updates
+        self.stats["restore_tail"] += len(tail)
+        for name, n in history.stats.items():
+            if name != "messages":
+                self.stats[f"log_{name}"] = n
+        return [Outgoing(OUTPUT_TOPIC, e["cluster_id"].encode(), self.codec.encode(e)) for e in tail]
+
+    def _re_execute(self, clusterer: OnlineFailureClusterer, recorded: Recorded,
+                    analysed: Mapping[str, dict]) -> list[dict | None]:
+        """The events of the step that emitted ``recorded`` first."""
+        p = recorded.position
+        if recorded.intake_of is not None:
+            episode_id = recorded.intake_of
+            event = analysed.get(episode_id)
+            if event is None:
+                raise ClustererError(f"restore: position {p} takes in episode {episode_id}, whose EpisodeAnalysed "
+                                     f"is not on {self.input_topic}")
+            passed = self.passed_over(event)
+            if passed is not None or clusterer.knows(episode_id):
+                raise ClustererError(f"restore: position {p} takes in episode {episode_id}, which re-executing "
+                                     f"passes over ({passed or 'already taken in'})")
+            return self.take_in(clusterer, event)
+        if recorded.llm:
+            clusterer.skip_position()
+            return [None]
+        events = clusterer.recluster()
+        if not events:
+            raise ClustererError(f"restore: position {p} ({recorded.event_type} {recorded.event_id}) belongs to "
+                                 "a re-clustering that re-executing the log does not produce")
         return events
 
-    def _remember(self, episode_id: str, embedded: bool) -> None:
-        self.finished[episode_id] = embedded
-        while len(self.finished) > self.config.remember_finished:
-            self.finished.popitem(last=False)
-
-    def _embed(self, episode_id: str, g: _Gathered) -> list[dict]:
-        ended = g.ended
-        episode = FailedEpisode(episode_id, ended["scenario_id"], ended["model_id"], ended["steps"],
-                                ended["termination"], sorted(g.moments.values(), key=lambda m: m["step"]),
-                                ended["quality"], g.scenario)
-        try:
-            x = embed(episode, self.embedding_config)
-            self.stats["embedded"] += 1
-            return self.clusterer.add(episode_id, episode.scenario_id, x)
-        except (ClustererError, KeyError, ValueError) as exc:
-            self.stats["unembeddable"] += 1
-            log.warning("episode %s not clustered: %s: %s", episode_id, type(exc).__name__, exc)
-            return []
+    def forget(self) -> None:
+        """Stand by: another worker owns the input. A later restore rebuilds everything."""
+        self.clusterer = self.clusterer.blank()
+        self.summary_requests = []
+        self._idle_due = False
 
     # -- optional language-model summaries ------------------------------------------------------
 
@@ -219,10 +333,10 @@ class ClusterStage:
         return requests
 
     def llm_summary(self, request: SummaryRequest, text: str) -> Outgoing | None:
-        """The ClusterUpdated (summary_source "llm") for a request, if the cluster is still at that
-        revision; None when it has changed since (a newer revision gets its own request)."""
-        cluster = self.clusterer.clusters.get(request.cluster_id)
-        if cluster is None or cluster.revision != request.revision:
+        """The ClusterUpdated (summary_source "llm") for a request, at the next position, if the
+        cluster is still at that revision; None when it has changed since (a newer revision gets
+        its own request)."""
+        event = self.clusterer.summary_event(request.cluster_id, request.revision, text)
+        if event is None:
             return None
-        event = self.clusterer.updated_event(cluster, text, "llm")
-        return Outgoing(OUTPUT_TOPIC, cluster.id.encode(), self.codec.encode(event))
+        return Outgoing(OUTPUT_TOPIC, event["cluster_id"].encode(), self.codec.encode(event))

@@ -1,13 +1,16 @@
 """A compact, fixed-length embedding of one failed episode, and its inverse for summaries.
 
-    episode = FailedEpisode(episode_id, scenario_id, model_id, steps=120, termination="timeout",
-                            moments=[...FailureMoment dicts...], quality={...}, scenario={...})
+    episode = FailedEpisode.from_analysed(episode_analysed_event)   # or FailedEpisode(...) by hand
     x = embed(episode, EmbeddingConfig())      # np.ndarray, shape (len(feature_names()),)
     decode(centroid, config)                   # {feature name: value in its own units}
+    facts(episode)                             # EpisodeFacts: what a cluster summary counts beyond x
 
 Layout (``feature_names()``), each block multiplied by its weight so distances mix them as
 configured; ``decode`` divides the weights back out, so a cluster centroid reads directly as
 "fraction of episodes with a slip", "mean first-slip time as a fraction of the episode", ...:
+
+The moments are every FailureMoment the episode got (EpisodeAnalysed.moments, recovered or not):
+the embedding says what happened, the recovery fields do not enter it.
 
 - ``root:<t>``   1 for the type of the episode's first moment, its likely root cause (11 dims;
   ties at one step go to the earlier type in FAILURE_TYPES). Consequences look alike across
@@ -24,6 +27,10 @@ configured; ``decode`` divides the weights back out, so a cluster centroid reads
   ``scn_offset`` (|pose_offset_xyz| / offset_scale_m)
 
 Every ratio is clipped to [-clip, clip] so one extreme value cannot dominate a distance.
+
+``facts`` keeps what a cluster's ClusterUpdated reports but the embedding does not hold: the model,
+the failure types and the root type, and the *site* of the root moment (``SITE_FEATURES``: where the
+hand and the target were, the target's offset from its start, the force at that moment).
 """
 
 from __future__ import annotations
@@ -77,6 +84,14 @@ class EmbeddingConfig:
                 raise ConfigError(f"EmbeddingConfig.{name} must be > 0, got {getattr(self, name)!r}")
 
 
+# The site of a moment: where it happened (world frame, m) and the target's offset from its start (m).
+SITE_POSITION = ("eef_x", "eef_y", "eef_z", "object_x", "object_y", "object_z", "object_dx", "object_dy")
+# ``force_n`` of a site: the first of these features the moment carries (collision, slip/drop,
+# wrong_object, excessive_force, grasp_miss name their force differently).
+SITE_FORCE = ("force_n", "grip_force_n", "contact_force_n", "max_contact_force_n", "peak_grip_force_n")
+SITE_FEATURES = SITE_POSITION + ("force_n",)
+
+
 @dataclass
 class FailedEpisode:
     """Everything the clusterer knows about one failed episode."""
@@ -86,9 +101,60 @@ class FailedEpisode:
     model_id: str
     steps: int
     termination: str
-    moments: list[dict] = field(default_factory=list)
+    moments: list[dict] = field(default_factory=list)  # FailureMoment / MomentOutcome dicts
     quality: dict | None = None  # EpisodeEnded.quality
-    scenario: dict | None = None  # EpisodeStarted.scenario (ScenarioSpec), when it was seen
+    scenario: dict | None = None  # the ScenarioSpec, when the start was seen
+
+    @classmethod
+    def from_analysed(cls, event: dict) -> FailedEpisode:
+        """From an EpisodeAnalysed event (failures.episodes); moments in step order."""
+        spec = event["scenario"]
+        return cls(event["episode_id"], event["scenario_id"], event["model_id"], event["steps"],
+                   event["termination"], sorted(event["moments"], key=lambda m: m["step"]), event["quality"],
+                   spec if spec.get("env_name") else None)
+
+
+@dataclass(frozen=True)
+class EpisodeFacts:
+    """What a cluster summary counts about one episode beyond its embedding (see ``facts``)."""
+
+    model_id: str = ""
+    failure_types: tuple[str, ...] = ()  # each type the episode had a moment of, FAILURE_TYPES order
+    root_type: str | None = None  # the first moment's type
+    site: tuple[tuple[str, float], ...] = ()  # (SITE_FEATURES name, value) the root moment carries
+    scenario: dict | None = None  # ScenarioSpec
+
+
+_INDEX = {t: i for i, t in enumerate(FAILURE_TYPES)}
+
+
+def _type_index(moment: dict, episode_id: str) -> int:
+    try:
+        return _INDEX[moment["failure_type"]]
+    except KeyError:
+        raise ValueError(f"episode {episode_id}: moment at step {moment.get('step')} has unknown failure type "
+                         f"{moment.get('failure_type')!r} (known: {', '.join(FAILURE_TYPES)})") from None
+
+
+def root_moment(episode: FailedEpisode) -> dict | None:
+    """The episode's first moment, its likely root cause (ties at one step: FAILURE_TYPES order)."""
+    if not episode.moments:
+        return None
+    return min(episode.moments, key=lambda m: (int(m["step"]), _type_index(m, episode.episode_id)))
+
+
+def facts(episode: FailedEpisode) -> EpisodeFacts:
+    types = sorted({_type_index(m, episode.episode_id) for m in episode.moments})
+    root = root_moment(episode)
+    site: list[tuple[str, float]] = []
+    if root is not None:
+        feats = root["features"]
+        site = [(name, float(feats[name])) for name in SITE_POSITION if name in feats]
+        force = next((feats[name] for name in SITE_FORCE if name in feats), None)
+        if force is not None:
+            site.append(("force_n", float(force)))
+    return EpisodeFacts(episode.model_id, tuple(FAILURE_TYPES[i] for i in types),
+                        None if root is None else root["failure_type"], tuple(site), episode.scenario)
 
 
 @lru_cache(maxsize=1)
@@ -121,7 +187,6 @@ def embed(episode: FailedEpisode, config: EmbeddingConfig) -> np.ndarray:
     """The weighted embedding of one failed episode (see the module docstring for the layout)."""
     c = config.clip
     n = len(FAILURE_TYPES)
-    index = {t: i for i, t in enumerate(FAILURE_TYPES)}
     presence = np.zeros(n)
     root = np.zeros(n)
     when = np.zeros(n)
@@ -129,7 +194,7 @@ def embed(episode: FailedEpisode, config: EmbeddingConfig) -> np.ndarray:
     severities, lift_max, disp_max = [], 0.0, 0.0
     last_step, goal_last = -1, None
     for m in episode.moments:
-        i = index[m["failure_type"]]
+        i = _type_index(m, episode.episode_id)
         frac = min(1.0, (int(m["step"]) + 1) / steps)
         if presence[i] == 0.0 or frac < when[i]:
             when[i] = frac
@@ -158,9 +223,9 @@ def embed(episode: FailedEpisode, config: EmbeddingConfig) -> np.ndarray:
         _ratio(float(len(s.get("distractors") or ())), 4.0, c),
         _ratio(math.sqrt(sum(float(v) ** 2 for v in offset)), config.offset_scale_m, c),
     ]
-    if episode.moments:
-        first = min(episode.moments, key=lambda m: (int(m["step"]), index[m["failure_type"]]))
-        root[index[first["failure_type"]]] = 1.0
+    first = root_moment(episode)
+    if first is not None:
+        root[_INDEX[first["failure_type"]]] = 1.0
     raw = np.concatenate([root, presence, when, stats, force, pose, scenario])
     return raw * weights(config)
 

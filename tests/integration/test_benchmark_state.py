@@ -203,3 +203,108 @@ def test_naive_times_are_refused(store):
 
     with pytest.raises(ValueError, match="timezone-aware"):
         bs.scores(store, as_of=datetime(2026, 1, 1))
+
+
+def test_recoveries_beside_success(store):
+    """Per model: trials with a recovered moment, successes that recovered, and successes flagged
+    only by a moment never recovered from."""
+    log = EvidenceLog()
+    x = spec("x")
+    log.episode("r", x, 0, True, moments=[("grasp_miss", 5, 9)])  # re-grasped, then succeeded: not flagged
+    log.episode("r", x, 1, True, moments=[("stall", 5, 20, "progressed"), ("excessive_force", 30, -1)])  # flagged
+    log.episode("r", x, 2, False, moments=[("slip", 5, 12), ("drop", 40, -1)])
+    log.episode("r", x, 3, True)  # clean
+    log.episode("r", x, 4, False, analysed=False)  # the detector has not analysed it
+    log.episode("r", x, 5, False, termination="env_error", moments=[("slip", 5, 9)])  # not a trial that counts
+    store_events(store, log.events)
+    (q,) = bs.execution_quality(store)
+    assert (q.episodes, q.successes, q.analysed, q.clean_successes) == (5, 3, 4, 1)
+    assert (q.episodes_recovered, q.successes_recovered, q.flagged_successes) == (3, 2, 1)
+    assert (q.moments, q.recovered, q.recovered_only_successes) == (5, 3, 1)
+    assert q.recovered_share == pytest.approx(3 / 5) and q.recovery_rate == pytest.approx(3 / 5)
+    recovered = {f.failure_type: f.recovered for f in bs.failure_types(store)}
+    assert recovered == {"grasp_miss": 1, "stall": 1, "excessive_force": 0, "slip": 2, "drop": 0}
+
+
+def test_the_world_execution_quality_counts_its_recoveries(store, log):
+    weak = next(q for q in bs.execution_quality(store) if q.model_id == "weak")
+    # base seed 0: a grasp_miss re-grasped then a success; the child's failures on odd seeds recovered a slip
+    assert (weak.episodes_recovered, weak.successes_recovered, weak.flagged_successes) == (9, 1, 0)
+    assert (weak.clean_successes, weak.analysed, weak.model_version) == (22, 40, "1")
+
+
+def test_model_versions_are_never_pooled(store):
+    log = EvidenceLog()
+    x, y = spec("x"), spec("y")
+    log.register("m", version="1")
+    for seed in range(10):
+        log.episode("m", x, seed, seed < 2, model_version="1")
+        log.episode("m", y, seed, True, model_version="1")
+    log.register("m", version="2")
+    for seed in range(10):
+        log.episode("m", x, seed, seed < 9, model_version="2")
+    for version in ("a", "b"):  # never registered: its latest episode's version is its latest
+        log.episode("u", x, 0, version == "b", model_version=version)
+    store_events(store, log.events)
+    assert bs.latest_model_versions(store) == {"m": "2", "u": "b"}
+    latest = {(s.model_id, s.scenario_id): s for s in bs.scores(store)}
+    assert set(latest) == {("m", "scn-x"), ("u", "scn-x")}  # v2 was not run on y: y is not scored for m
+    assert (latest[("m", "scn-x")].successes, latest[("m", "scn-x")].model_version) == (9, "2")
+    every = {(s.model_id, s.model_version, s.scenario_id): s.successes
+             for s in bs.scores(store, model_versions=bs.ALL_VERSIONS)}
+    assert every == {("m", "1", "scn-x"): 2, ("m", "1", "scn-y"): 10, ("m", "2", "scn-x"): 9,
+                     ("u", "a", "scn-x"): 0, ("u", "b", "scn-x"): 1}
+    pinned = {s.scenario_id: s.successes for s in bs.scores(store, model_ids=["m"], model_versions={"m": "1"})}
+    assert pinned == {"scn-x": 2, "scn-y": 10}
+    assert [(t.model_version, t.seed) for t in bs.trials(store, model_ids=["m"], scenario_ids=["scn-x"])][:2] == [
+        ("2", 0), ("2", 1)]
+    (q,) = [q for q in bs.execution_quality(store) if q.model_id == "m"]
+    assert (q.model_version, q.episodes) == ("2", 10)
+    with pytest.raises(ValueError, match="model_versions must be"):
+        bs.scores(store, model_versions="newest")
+
+
+def test_model_versions_and_the_previous_one_with_trials(store):
+    log = EvidenceLog()
+    x, y = spec("x"), spec("y")
+    log.register("m", version="1")
+    log.episode("m", y, 0, True, model_version="1")
+    log.register("m", version="2")
+    log.episode("m", x, 0, True, model_version="2")
+    log.register("m", version="3")
+    log.episode("m", x, 0, True, model_version="3")
+    log.episode("m", y, 0, True, model_version="3")
+    store_events(store, log.events)
+    versions = bs.model_versions(store, model_id="m")
+    assert [(v.version, v.latest, v.kind) for v in versions] == [("1", False, "scripted"), ("2", False, "scripted"),
+                                                                  ("3", True, "scripted")]
+    assert versions[0].registered_at < versions[1].registered_at and versions[2].first_episode_at is not None
+    assert bs.previous_model_version(store, "m").version == "2"
+    assert bs.previous_model_version(store, "m", scenario_ids=["scn-y"]).version == "1"  # v2 never ran y
+    assert bs.previous_model_version(store, "m", version="2", scenario_ids=["scn-x"]) is None
+    assert bs.previous_model_version(store, "m", version="1") is None
+    assert bs.evaluated_versions(store) == {"m": "3"}
+    more = EvidenceLog(start=log.clock)
+    more.register("m", version="4")  # not run yet: the newest version with trials stays 3
+    store_events(store, more.events)
+    assert bs.evaluated_versions(store) == {"m": "3"} and bs.latest_model_versions(store) == {"m": "4"}
+    with pytest.raises(bs.UnknownModelVersion, match="no version '9'.*1, 2, 3"):
+        bs.previous_model_version(store, "m", version="9")
+    with pytest.raises(bs.UnknownModelVersion, match="'nobody' is neither registered"):
+        bs.previous_model_version(store, "nobody")
+
+
+def test_variants_are_trials_of_their_own_and_pair_by_seed_and_variant(store):
+    log = EvidenceLog()
+    x = spec("x")
+    for variant, ok in (("", True), ("temperature=0.7", False)):
+        log.episode("m", x, 0, ok, variant=variant)
+    log.episode("m", x, 1, True, started=False)  # its start is missing: no seed, no version
+    store_events(store, log.events)
+    (score,) = bs.scores(store)
+    assert (score.episodes, score.successes) == (2, 1)  # the start-less episode belongs to no version
+    every = bs.trials(store, model_versions=bs.ALL_VERSIONS)
+    assert [(t.model_version, t.seed, t.variant) for t in every] == [  # no version sorts last
+        ("1", 0, ""), ("1", 0, "temperature=0.7"), (None, None, "")]
+    assert bs.outcomes_by_pair(every)[("m", "1", "scn-x")] == {(0, ""): True, (0, "temperature=0.7"): False}
+    assert bs.memory_figures(store).trials == 3

@@ -11,11 +11,14 @@ import threading
 import time
 from pathlib import Path
 
+from confluent_kafka import Consumer
+
 from consumers.evidence.sink import EvidenceSink
 from consumers.replay import compare, rebuild
-from infra.kafka_clients import make_producer
+from infra.kafka_clients import consumer_config, make_producer
 from producers.publisher import Publisher
 from producers.synthetic import episodes
+from schemas.codec import Codec
 
 CLI = [sys.executable, "-m", "infra.cli"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,9 +71,11 @@ def test_kill_9_mid_stream_then_restart_stores_every_event_exactly_once(broker, 
 def test_100k_events_replay_into_an_empty_store_with_the_same_digest(broker, prefix, store):
     published = publish_synthetic(broker, prefix, 500, 198, seed=12)
     assert published == 100_000
-    EvidenceSink(store, broker, prefix, 6000, group_id=f"live-{prefix}").run(threading.Event(), idle_exit_s=4)
+    consumer = Consumer(consumer_config(broker, f"live-{prefix}", 6000))
+    EvidenceSink(store, consumer, make_producer(broker), Codec(), prefix).run(threading.Event(), idle_exit_s=4)
     assert store.query("SELECT count() FROM {database}.rollout_steps FINAL")[0][0] == 99_000
-    rebuilt = rebuild(store, broker, prefix, 6000, store.database + "_rebuild")
+    rebuilt = rebuild(store, lambda group: Consumer(consumer_config(broker, group, 6000)), Codec(), prefix,
+                      store.database + "_rebuild", broker=broker)
     try:
         before, after, differences = compare(store, rebuilt)
         assert differences == {}

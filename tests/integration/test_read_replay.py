@@ -1,17 +1,13 @@
 """Replay rebuilds the evolving benchmark's state (versions, promotions, candidates, clusters):
 the world's events go through a real broker and the evidence sink, then into an empty store."""
 
-import threading
-
 import read_world as world
+from sinks import drain, rebuild_from
 
 from consumers.benchmark_state import benchmark_versions, derived_state
-from consumers.evidence.sink import EvidenceSink
-from consumers.replay import compare, rebuild
+from consumers.replay import compare
 from infra.kafka_clients import ensure_topics, make_producer
 from producers.publisher import Publisher
-
-SESSION_MS = 6000
 
 
 def _replay_round_trip(broker: str, store, prefix: str) -> None:
@@ -20,10 +16,9 @@ def _replay_round_trip(broker: str, store, prefix: str) -> None:
     for event in world.build().events:
         publisher.publish(event)
     publisher.flush()
-    sink = EvidenceSink(store, broker, prefix, SESSION_MS, group_id=f"sink-{prefix}", publish_dead_letters=False)
-    sink.run(threading.Event(), idle_exit_s=3.0)
+    drain(store, broker, prefix, dead_letters=False)
     assert [v.version for v in benchmark_versions(store)] == [1, 2, 3]
-    rebuilt = rebuild(store, broker, prefix, SESSION_MS, store.database + "_rebuild")
+    rebuilt = rebuild_from(store, broker, prefix, store.database + "_rebuild")
     try:
         before, after, differences = compare(store, rebuilt)
         assert differences == {} and before == after

@@ -48,7 +48,10 @@ def test_markdown_shows_scores_frontier_promotions_and_quality(written):
     assert (files.markdown.parent / "keyframes" / f"{sha}.png").is_file()
     for name in ("heatmap", "frontier", "effects", "failures", "quality", "funnel"):
         assert f"figures/{name}.png" in text and (files.markdown.parent / "figures" / f"{name}.png").is_file()
-    assert "| weak | 40 | 57% |" in text  # execution quality beside success
+    # execution quality beside success: trials, success, analysed, trials with a recovered moment,
+    # successes that recovered, successes flagged (only by a moment never recovered from), moments (recovered)
+    assert "| weak | 40 | 57% | 40 | 9 | 1 | 0 | 18 (9) |" in text
+    assert "| scenario | what | status | oracle@1 | strong@1 |" in text  # each model at its latest version
 
 
 def test_html_is_self_contained_and_small(written):
@@ -60,6 +63,8 @@ def test_html_is_self_contained_and_small(written):
     assert "default-src 'none'" in html  # and the page forbids it, so a stray fetch is a console error
     assert html.count("data:image/png;base64,") >= 7  # 6 figures + the cluster's keyframe
     assert "scn-slip" in html and "slips off a light cube" in html
+    cells = "".join(f'<td class="n">{v}</td>' for v in (40, "57%", 40, 9, 1, 0))
+    assert f"<td>weak</td>{cells}" in html  # the quality table: recoveries beside success
 
 
 @needs_chromium
@@ -107,3 +112,26 @@ def test_report_before_any_promotion_scores_every_scenario(store, tmp_path):
     text = files.markdown.read_text()
     assert "Nothing has been promoted yet" in text and "| `scn-lift` | base | evaluated |" in text
     assert "| all | 1 |" in text  # the frontier over every scenario
+
+
+def test_the_report_shows_each_model_at_its_latest_version(store):
+    from evidence_factory import EvidenceLog, spec
+
+    from consumers.report import render_markdown
+
+    log = EvidenceLog()
+    log.register("m", version="1")
+    for seed in range(4):
+        log.episode("m", spec("lift"), seed, False, model_version="1")
+    log.register("m", version="2")
+    for seed in range(4):
+        log.episode("m", spec("lift"), seed, True, model_version="2", moments=[("slip", 3, 7)])
+    log.register("m", version="3")  # registered, not run yet: the report stays on m@2 and says so
+    store_events(store, log.events)
+    data = gather(store)
+    assert data.model_versions == {"m": "2"} and [q.model_version for q in data.quality] == ["2"]
+    assert data.not_yet_run == {"m": "3"}
+    text = render_markdown(data, {}, {})
+    assert "| `scn-lift` | base | evaluated | 1.00 [0.51, 1.00] n=4 |" in text  # m@1's failures are not pooled in
+    assert "| m | 4 | 100% | 4 | 4 | 4 | 0 | 4 (4) |" in text
+    assert "`m@3` is registered but has no trials here yet: `m` is shown at `m@2`." in text

@@ -16,9 +16,17 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from openpi_client import msgpack_numpy
 from websockets.sync.server import serve
 
-from infra.kafka_clients import ensure_topics, make_producer
+from infra.kafka_clients import consumer_config, ensure_topics, make_producer, producer_config
 from producers.publisher import Publisher
-from producers.rollout_worker import RolloutPool, RolloutWorker, cache_info, rollout_request, run_seeds
+from producers.rollout_worker import (
+    GROUP_ID,
+    MAX_POLL_INTERVAL_MS,
+    RolloutPool,
+    RolloutWorker,
+    cache_info,
+    rollout_request,
+    run_seeds,
+)
 from producers.sim.envs import make_env
 from producers.sim.rollout import Episode
 from producers.sim.scenario import ScenarioSpec
@@ -78,7 +86,7 @@ def test_same_request_in_two_processes_publishes_identical_events(tansu, tmp_pat
     prefixes = [fresh_prefix(tansu), fresh_prefix(tansu)]
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(2, mp_context=ctx) as pool:
-        futures = [pool.submit(run_seeds, tansu, p, request, [3], str(tmp_path / f"kf{i}"))
+        futures = [pool.submit(run_seeds, producer_config(tansu), p, Codec(), request, [3], str(tmp_path / f"kf{i}"))
                    for i, p in enumerate(prefixes)]
         summaries = [f.result(timeout=120) for f in futures]
     assert summaries[0] == summaries[1]
@@ -199,16 +207,18 @@ def test_worker_dead_letters_an_unknown_model_and_serves_the_next_request(tansu,
     publisher.publish(good)  # same scenario_id key: same partition, served after the bad one
     publisher.flush()
 
-    pool = RolloutPool(tansu, prefix, tmp_path, processes=1)
-    worker = RolloutWorker(pool, tansu, prefix, SESSION_MS)
+    pool = RolloutPool(producer_config(tansu), prefix, Codec(), tmp_path, processes=1)
+    consumer = Consumer(consumer_config(tansu, GROUP_ID, SESSION_MS, **{"max.poll.interval.ms": MAX_POLL_INTERVAL_MS}))
+    worker = RolloutWorker(pool, consumer, Publisher(make_producer(tansu), prefix), Codec())
     stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    assigned = threading.Event()  # the readiness signal `sepa-eval up` waits for
+    thread = threading.Thread(target=worker.run, args=(stop,), kwargs={"on_assigned": assigned.set}, daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 90
         while worker.served < 2 and time.monotonic() < deadline and thread.is_alive():
             time.sleep(0.2)
-        assert worker.served == 2
+        assert worker.served == 2 and assigned.is_set()
     finally:
         stop.set()
         thread.join(timeout=15)
@@ -239,7 +249,7 @@ def test_a_cached_env_publishes_what_a_fresh_process_publishes(tansu, tmp_path):
     request = rollout_request(spec, "scripted-novice", [1, 3], run_id="cached")
     cached_prefix, fresh_prefix_ = fresh_prefix(tansu), fresh_prefix(tansu)
 
-    pool = RolloutPool(tansu, cached_prefix, tmp_path / "kf", processes=1)
+    pool = RolloutPool(producer_config(tansu), cached_prefix, Codec(), tmp_path / "kf", processes=1)
     try:
         [pid] = pool.warm(spec)
         pool.run(rollout_request(spec, "scripted-clumsy", [5], run_id="history"))  # the env has a past
@@ -251,7 +261,8 @@ def test_a_cached_env_publishes_what_a_fresh_process_publishes(tansu, tmp_path):
     # each seed in a process of its own, which builds its env for that one episode
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(2, mp_context=ctx, max_tasks_per_child=1) as fresh_pool:
-        futures = [fresh_pool.submit(run_seeds, tansu, fresh_prefix_, request, [seed], str(tmp_path / "kf2"))
+        futures = [fresh_pool.submit(run_seeds, producer_config(tansu), fresh_prefix_, Codec(), request, [seed],
+                                     str(tmp_path / "kf2"))
                    for seed in (1, 3)]
         fresh = sorted((s for f in futures for s in f.result(timeout=120)), key=lambda s: s.seed)
     assert cached == fresh and [s.seed for s in cached] == [1, 3]

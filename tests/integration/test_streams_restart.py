@@ -1,6 +1,6 @@
 """What must hold: kill -9 of the streams worker while episodes are in flight, then a restart, loses
 no failure moment and emits none twice in a different form. Real brokers (the embedded Tansu and
-Apache Kafka), a real ``faust -A streams.app worker`` process configured through SEPA_* like any
+Apache Kafka), a real ``faust -A infra.streams_worker worker`` process configured through SEPA_* like any
 deployment.
 
 Twenty-four synthetic rollout workers publish interleaved episodes at a steady rate, so about two
@@ -37,6 +37,8 @@ from streams.failures.detector import DetectorConfig, EpisodeDetector
 pytestmark = pytest.mark.timeout(420)  # the Apache Kafka variant is marked kafka by the broker fixture
 
 ROOT = Path(__file__).resolve().parents[2]
+# What `sepa-eval up` runs (infra/processes.py): the faust edge with its web server off.
+STREAMS_WORKER = [sys.executable, "-m", "faust", "-A", "infra.streams_worker", "worker", "-l", "info"]
 ROLLOUT_WORKERS = 24
 EPISODES_EACH = 4
 EVENTS_PER_S = 1200
@@ -104,11 +106,14 @@ def publish_steadily(broker: str, prefix: str, events: list[dict], done: threadi
     done.set()
 
 
-def start_worker(broker: str, prefix: str, memory_dir: Path, log_path: Path) -> subprocess.Popen:
+def start_worker(broker: str, prefix: str, memory_dir: Path, log_path: Path,
+                 extra_args: tuple[str, ...] = ("--without-web",)) -> subprocess.Popen:
+    """A streams worker as a deployment starts it. Without faust's web server by default: it binds
+    0.0.0.0:6066, which a second worker on the host (or anyone else's) already holds."""
     env = {**os.environ, "SEPA_BOOTSTRAP_SERVERS": broker, "SEPA_TOPIC_PREFIX": prefix,
            "SEPA_MEMORY_DIR": str(memory_dir)}
     with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "faust", "-A", "streams.app", "worker", "-l", "info"],
+        return subprocess.Popen([*STREAMS_WORKER, *extra_args],
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 

@@ -500,7 +500,9 @@ def _run_panels(store, version: int = 2) -> dict[str, tuple[list[str], list[tupl
     """title -> (column names, rows) of every panel, read-only as the Grafana user reads."""
     results = {}
     for name, panel, sql in _queries():
-        ready = expand_macros(sql, NOW - timedelta(hours=1), NOW + timedelta(minutes=5))
+        # panels over _ingested_at see the real insert time: the window reaches past it however long
+        # the session has run
+        ready = expand_macros(sql, NOW - timedelta(hours=1), datetime.now(UTC) + timedelta(minutes=5))
         ready = ready.replace("${database}", store.database).replace("${version}", str(version))
         assert "$" not in ready, f"{name}: {panel['title']}: unexpanded macro or variable left in {ready}"
         started = time.monotonic()

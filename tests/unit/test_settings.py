@@ -52,3 +52,35 @@ def test_the_openai_key_falls_back_to_openai_api_key_and_stays_secret():
     # a child process (the faust worker) gets the key itself, not the mask
     assert settings_environ(settings)["SEPA_OPENAI_API_KEY"] == "sk-plain"
     assert load_settings(environ=settings_environ(settings)) == settings
+
+
+def test_every_setting_reaches_a_child_through_its_environment_alone(tmp_path):
+    settings = load_settings(environ={"SEPA_STREAMS_WEB": "true", "SEPA_STREAMS_WEB_PORT": "7001",
+                                      "SEPA_BROKER_TIMEOUT_S": "2.5", "SEPA_ROLLOUT_PROCESSES": "3",
+                                      "SEPA_SCHEMA_REGISTRY_URL": "http://127.0.0.1:8081"},
+                             memory_dir=tmp_path)
+    assert (settings.streams_web, settings.streams_web_port, settings.broker_timeout_s) == (True, 7001, 2.5)
+    assert load_settings(environ=settings_environ(settings)) == settings
+    assert load_settings(environ={}).streams_web is False  # faust's web server is off unless asked for
+
+
+def test_a_child_gets_the_settings_and_no_other_sepa_variable(tmp_path, monkeypatch):
+    from infra.processes import child_environ
+
+    config = tmp_path / "sepa.toml"
+    config.write_text('topic_prefix = "file."\n')
+    monkeypatch.setenv("SEPA_CONFIG", str(config))
+    monkeypatch.setenv("SEPA_NOT_A_SETTING", "x")
+    settings = load_settings(memory_dir=Path("rel"))
+    env = child_environ(settings, "127.0.0.1:9")
+    assert "SEPA_CONFIG" not in env and "SEPA_NOT_A_SETTING" not in env
+    child = load_settings(environ=env)
+    assert child.topic_prefix == "file." and child.bootstrap_servers == "127.0.0.1:9"
+    assert child.memory_dir == Path("rel").resolve()
+
+
+def test_nonsense_is_refused_naming_the_setting():
+    with pytest.raises(ValidationError, match="broker_timeout_s"):
+        load_settings(environ={"SEPA_BROKER_TIMEOUT_S": "0"})
+    with pytest.raises(ValidationError, match="rollout_processes"):
+        load_settings(environ={"SEPA_ROLLOUT_PROCESSES": "0"})

@@ -80,3 +80,41 @@ def test_require_finite_names_the_field():
         require_finite(step(gripper_force=math.nan))
     with pytest.raises(DecodeError, match="eef_pos"):
         require_finite(step(eef_pos=[0.0, math.inf, 0.0]))
+
+
+def test_the_magic_byte_is_read_unsigned():
+    with pytest.raises(DecodeError, match="magic byte 255 is not"):
+        Codec().decode(b"\xff" + bytes(20))
+
+
+def test_a_body_cut_anywhere_gets_a_reason_without_memory_addresses():
+    data = Codec().encode(step())
+    for cut in range(1, len(data)):
+        reasons = set()
+        for _ in range(2):
+            with pytest.raises(DecodeError) as raised:
+                Codec().decode(data[:cut])
+            reasons.add(str(raised.value))
+        (reason,) = reasons
+        assert " at 0x" not in reason and "object" not in reason, (cut, reason)
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\x00\x00", b"garbage bytes here", b"\x00\x00\x00\x99\x99body",
+    b"\x00\x00\x00\x00\x11\x7f\x01",  # Step's schema id, an event_id longer than the message
+])
+def test_frame_and_decode_give_the_same_reason(data):
+    codec = Codec()
+    with pytest.raises(DecodeError) as framed:
+        codec.frame(data)
+    with pytest.raises(DecodeError) as decoded:
+        codec.decode(data)
+    assert str(framed.value) == str(decoded.value)
+
+
+def test_a_topic_refuses_an_event_type_it_does_not_carry_before_the_body_is_read():
+    from schemas.catalog import BY_NAME
+
+    data = Codec().encode(step())
+    with pytest.raises(DecodeError, match="Step .* does not belong on topic benchmark.decisions"):
+        Codec().decode(data[:-20], BY_NAME["benchmark.decisions"])

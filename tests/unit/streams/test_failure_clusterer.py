@@ -1,5 +1,7 @@
 """Online failure clustering: agreement with batch DBSCAN, ids stable across re-clustering,
-schema-valid events, failure-profile embeddings, the optional language-model summary hook."""
+positioned output whose latest assignment per episode is its cluster, re-clusterings that change
+nothing leave no trace, schema-valid events carrying what a mutator needs, failure-profile
+embeddings, the optional language-model summary hook."""
 
 from __future__ import annotations
 
@@ -8,16 +10,18 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from analysed_episodes import analysed_episodes, is_failure, kind_of
 
 from schemas.codec import Codec
 from streams.exceptions import ClustererError, ConfigError, SummaryError
 from streams.failures.clusterer import (
+    NOISE_ID,
     ClustererConfig,
     OnlineFailureClusterer,
     adjusted_rand,
     batch_dbscan,
 )
-from streams.failures.embedding import EmbeddingConfig, FailedEpisode, decode, embed, feature_names
+from streams.failures.embedding import EmbeddingConfig, FailedEpisode, decode, embed, facts, feature_names
 from streams.failures.summaries import FeatureDescriber, LlmSummarizer
 
 DIMS = len(feature_names())
@@ -46,6 +50,14 @@ def of_type(events, event_type):
     return [e for e in events if e["envelope"]["event_type"] == event_type]
 
 
+def latest_assignments(events) -> dict[str, str]:
+    """episode -> cluster of its latest ClusterAssigned by position, as a reader of the log derives it."""
+    latest = {}
+    for e in sorted(of_type(events, "ClusterAssigned"), key=lambda e: e["position"]):
+        latest[e["episode_id"]] = e["cluster_id"]
+    return latest
+
+
 def test_online_labels_agree_with_batch_dbscan_on_separated_blobs(record_property):
     xs, _, _ = blobs(seed=1, n_per=150, k=4)
     clusterer = OnlineFailureClusterer(CFG)
@@ -63,8 +75,8 @@ def test_online_labels_agree_with_batch_dbscan_on_separated_blobs(record_propert
     median_us, p99_us = np.median(times) * 1e6, np.percentile(times, 99) * 1e6
     record_property("clusterer_add_median_us", median_us)
     record_property("clusterer_recluster_ms", recluster_ms)
-    print(f"clusterer: {len(xs)} adds, median {median_us:.0f} us, p99 {p99_us:.0f} us (incl. periodic "
-          f"re-clustering), one re-clustering of {len(clusterer.micro)} micro-clusters {recluster_ms:.1f} ms; "
+    print(f"clusterer: {len(xs)} adds, median {median_us:.0f} us, p99 {p99_us:.0f} us (incl. scheduled "
+          f"re-clusterings), one re-clustering of {len(clusterer.micro)} micro-clusters {recluster_ms:.1f} ms; "
           f"ARI vs batch {ari:.3f}")
     assert len(set(batch)) == 4 and -1 not in set(batch)
     assert len(clusterer.clusters) == 4
@@ -122,6 +134,11 @@ def test_two_clusters_bridged_by_new_failures_merge_under_one_surviving_id():
     assert clusterer.label_of("e60") == big
     (retired,) = [e for e in of_type(events, "ClusterUpdated") if e["size"] == 0]
     assert retired["cluster_id"] == small and retired["summary"].endswith(f"merged into {big}")
+    moved = [e for e in of_type(events, "ClusterAssigned") if not e["intake"] and not e["episode_id"].startswith("br")]
+    # the small cluster's 40 episodes are re-assigned to the big one, each once, after the retirement
+    assert sorted(e["episode_id"] for e in moved) == sorted(f"e{i}" for i in range(60, 100))
+    assert all(e["cluster_id"] == big and e["position"] > retired["position"] and e["embedding"] == []
+               for e in moved)
 
 
 def test_faded_clusters_dissolve_and_are_retired():
@@ -137,6 +154,54 @@ def test_faded_clusters_dissolve_and_are_retired():
     assert clusterer.label_of("e0") is None
     assert any(e["cluster_id"] == old_id and e["size"] == 0 and "dissolved" in e["summary"]
                for e in of_type(events, "ClusterUpdated"))
+    assert {latest_assignments(events).get(f"e{i}") for i in range(40)} == {NOISE_ID}  # announced as noise
+
+
+def test_every_intake_is_announced_at_once_and_the_latest_assignment_is_the_label():
+    xs, _, _ = blobs(seed=10, n_per=60, k=3)
+    clusterer = OnlineFailureClusterer(CFG, run_id="run-1")
+    events = []
+    for i, x in enumerate(xs):
+        out = clusterer.add(f"e{i}", "scn", x)
+        assert out[0]["envelope"]["event_type"] == "ClusterAssigned" and out[0]["intake"]
+        assert out[0]["episode_id"] == f"e{i}" and out[0]["embedding"] == x.tolist()
+        assert latest_assignments(out)[f"e{i}"] == (clusterer.label_of(f"e{i}") or NOISE_ID)  # its re-clustering too
+        events += out
+    events += clusterer.recluster()
+    positions = [e["position"] for e in events]
+    assert positions == list(range(len(events)))
+    assert len({e["envelope"]["event_id"] for e in events}) == len(events)
+    assert [e["revision"] for e in events] == sorted(e["revision"] for e in events)
+    assert events[-1]["revision"] == clusterer.revision
+    intakes = [e for e in of_type(events, "ClusterAssigned") if e["intake"]]
+    assert [e["episode_id"] for e in intakes] == [f"e{i}" for i in range(len(xs))]
+    latest = latest_assignments(events)
+    assert all(latest[f"e{i}"] == (clusterer.label_of(f"e{i}") or NOISE_ID) for i in range(len(xs)))
+    assert set(latest.values()) == set(clusterer.clusters)  # everything clustered after the last re-clustering
+    # the early episodes were noise at intake and announced again when their cluster formed
+    assert intakes[0]["cluster_id"] == NOISE_ID and latest["e0"] != NOISE_ID
+    sizes = {cid: sum(1 for c in latest.values() if c == cid) for cid in clusterer.clusters}
+    assert sizes == {cid: c.size for cid, c in clusterer.clusters.items()}
+
+
+def test_the_schedule_reclusters_young_clusterers_often_and_then_every_recluster_every():
+    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=20, recluster_fraction=0.1))
+    gaps = []
+    for n in (1, 9, 10, 19, 20, 150, 199, 200, 1000):
+        clusterer.updates = n
+        gaps.append(clusterer.recluster_gap())
+    assert gaps == [1, 1, 1, 1, 2, 15, 19, 20, 20]
+
+
+@pytest.mark.parametrize("half_life", [None, 30.0])
+def test_a_reclustering_that_changes_nothing_leaves_no_trace(half_life):
+    xs, _, _ = blobs(seed=11, n_per=50, k=2)
+    clusterer = OnlineFailureClusterer(ClustererConfig(micro_radius=0.5, macro_eps=1.2, half_life_updates=half_life))
+    feed(clusterer, xs)
+    clusterer.recluster()
+    before = clusterer.state()
+    assert clusterer.recluster() == [] and clusterer.recluster() == []
+    assert clusterer.state() == before  # no revision bump, no fading applied, no id drawn
 
 
 def test_events_are_schema_valid_once_per_episode_and_replay_identically():
@@ -145,17 +210,59 @@ def test_events_are_schema_valid_once_per_episode_and_replay_identically():
     for _ in range(2):
         clusterer = OnlineFailureClusterer(CFG, run_id="run-1")
         events = feed(clusterer, xs) + clusterer.recluster()
-        events += feed(clusterer, xs[:10])  # re-delivered episodes count once
+        assert feed(clusterer, xs[:10]) == []  # re-delivered episodes count once
         runs.append(events)
     first, second = runs
-    assert [e["envelope"]["event_id"] for e in first] == [e["envelope"]["event_id"] for e in second]
-    assigned = of_type(first, "ClusterAssigned")
-    assert sorted(e["episode_id"] for e in assigned) == sorted(f"e{i}" for i in range(len(xs)))
     codec = Codec()
+    assert [codec.encode(e)[5:] for e in first] != []
+    assert [e["envelope"]["event_id"] for e in first] == [e["envelope"]["event_id"] for e in second]
+    assert [{**e, "envelope": {**e["envelope"], "event_time": None}} for e in first] == \
+        [{**e, "envelope": {**e["envelope"], "event_time": None}} for e in second]
+    intakes = [e for e in of_type(first, "ClusterAssigned") if e["intake"]]
+    assert sorted(e["episode_id"] for e in intakes) == sorted(f"e{i}" for i in range(len(xs)))
     for e in first:
         assert codec.decode(codec.encode(e))["envelope"]["event_id"] == e["envelope"]["event_id"]
-    for e in assigned:
+    for e in intakes:
         assert len(e["embedding"]) == DIMS and e["distance"] >= 0.0
+
+
+def test_cluster_updates_carry_what_a_mutator_needs():
+    ecfg = EmbeddingConfig()
+    codec = Codec()
+    analysed = [codec.decode(codec.encode(e)) for e in analysed_episodes(240, seed=12) if is_failure(e)]
+    clusterer = OnlineFailureClusterer(ClustererConfig(), FeatureDescriber(ecfg))
+    events = []
+    for e in analysed:
+        episode = FailedEpisode.from_analysed(e)
+        events += clusterer.add(e["episode_id"], e["scenario_id"], embed(episode, ecfg), facts(episode),
+                                event_time=e["envelope"]["event_time"])
+    events += clusterer.recluster()  # sizes as of now: intakes since the last one joined known clusters
+    assert adjusted_rand(clusterer.labels([e["episode_id"] for e in analysed]), [kind_of(e) for e in analysed]) == 1.0
+    latest = {}
+    for e in of_type(events, "ClusterUpdated"):
+        latest[e["cluster_id"]] = e
+    by_id = {e["episode_id"]: e for e in analysed}
+    for cid, update in latest.items():
+        members = [by_id[eid] for eid, c in latest_assignments(events).items() if c == cid]
+        assert update["size"] == len(members) == clusterer.clusters[cid].size
+        (kind,) = {kind_of(m) for m in members}
+        first_type = {"slippery": "slip", "miss": "grasp_miss", "cluttered": "collision", "reach": "out_of_reach"}[kind]
+        assert update["root_types"] == {first_type: 1.0} and update["dominant_failure_type"] == first_type
+        assert update["failure_types"] == {t: 1.0 for t in update["failure_types"]}
+        assert "timeout" in update["failure_types"]
+        assert update["model_counts"] == {m: sum(1 for e in members if e["model_id"] == m)
+                                          for m in sorted({e["model_id"] for e in members})}
+        assert sum(update["scenario_counts"].values()) == len(members)
+        roots = [min(m["moments"], key=lambda x: x["step"]) for m in members]
+        for name in ("eef_x", "object_y", "object_dx"):
+            assert update["site"][name] == pytest.approx(np.mean([r["features"][name] for r in roots]))
+        force = {"slip": "grip_force_n", "grasp_miss": "peak_grip_force_n", "collision": "force_n"}.get(first_type)
+        assert ("force_n" in update["site"]) == (force is not None)
+        rep = by_id[update["representative_episode_id"]]
+        assert update["representative_scenario"] == rep["scenario"]
+        assert update["representative_scenario_id"] == rep["scenario_id"]
+        assert update["envelope"]["event_time"] <= max(m["envelope"]["event_time"] for m in analysed)
+        assert codec.decode(codec.encode(update))["site"] == update["site"]
 
 
 def test_bad_input_and_config_are_refused():
@@ -167,6 +274,9 @@ def test_bad_input_and_config_are_refused():
         clusterer.add("e2", "s", np.full(DIMS, np.nan))
     with pytest.raises(ConfigError, match="macro_eps"):
         ClustererConfig(macro_eps=0)
+    with pytest.raises(ConfigError, match="recluster_fraction"):
+        ClustererConfig(recluster_fraction=-0.1)
+    assert clusterer.add("e0", "s", np.ones(DIMS)) == []  # known: nothing, even with another embedding
     with pytest.raises(ClustererError):
         adjusted_rand([None, "a"], [0])
 
@@ -239,6 +349,23 @@ def test_embedding_layout_and_decoding():
     assert f["lift_max"] == pytest.approx(0.08 / ecfg.lift_scale_m)
 
 
+def test_an_analysed_episode_embeds_like_its_moments_did_and_unknown_types_are_named():
+    codec = Codec()
+    (event,) = [codec.decode(codec.encode(e)) for e in analysed_episodes(10, seed=13) if is_failure(e)][:1]
+    ecfg = EmbeddingConfig()
+    by_hand = FailedEpisode(event["episode_id"], event["scenario_id"], event["model_id"], event["steps"],
+                            event["termination"], list(reversed(event["moments"])), event["quality"], event["scenario"])
+    by_hand.moments.sort(key=lambda m: m["step"])
+    assert np.array_equal(embed(FailedEpisode.from_analysed(event), ecfg), embed(by_hand, ecfg))
+    f = facts(FailedEpisode.from_analysed(event))
+    root = min(event["moments"], key=lambda m: m["step"])
+    assert f.root_type == root["failure_type"] and dict(f.site)["eef_x"] == root["features"]["eef_x"]
+    assert f.model_id == event["model_id"] and "timeout" in f.failure_types and f.scenario == event["scenario"]
+    event["moments"][0]["failure_type"] = "teleported"
+    with pytest.raises(ValueError, match="unknown failure type 'teleported'"):
+        embed(FailedEpisode.from_analysed(event), ecfg)
+
+
 # -- the optional language-model hook ------------------------------------------------------------
 
 class FakeChat:
@@ -267,9 +394,12 @@ def test_llm_summarizer_uses_the_given_client_and_reports_failures():
     text = LlmSummarizer(fake, model="m-1").summarize(stats, cluster.summary)
     assert text == "Grasps close beside the object, then the arm waits."
     assert fake.calls[0]["model"] == "m-1" and cluster.summary in fake.calls[0]["messages"][1]["content"]
-    event = clusterer.updated_event(cluster, text, "llm")
-    assert event["summary_source"] == "llm"
+    position = clusterer.position
+    event = clusterer.summary_event(cluster.id, cluster.revision, text)
+    assert event["summary_source"] == "llm" and event["position"] == position == clusterer.position - 1
+    assert event["revision"] == cluster.revision and event["size"] == cluster.size
     assert Codec().decode(Codec().encode(event))["summary"] == text
+    assert clusterer.summary_event(cluster.id, cluster.revision - 1, text) is None  # not that revision any more
     with pytest.raises(SummaryError, match="TimeoutError"):
         LlmSummarizer(FakeChat(TimeoutError("slow")), model="m-1").summarize(stats, cluster.summary)
     with pytest.raises(SummaryError, match="empty"):

@@ -1,6 +1,6 @@
-"""The agents' pure cores, fed Confluent-framed bytes as the broker would deliver them: routing to
-per-episode detectors, dead letters, out-of-order arrival, and gathering failed episodes for
-clustering. No broker."""
+"""The detector agent's pure core, fed Confluent-framed bytes as the broker would deliver them:
+routing to per-episode detectors, dead letters, out-of-order arrival. No broker. (The clusterer's
+core: test_cluster_stage.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import random
 
 import pytest
-from failure_traces import Scene, clean_lift, ended
+from failure_traces import Scene, ended
 
 from producers.synthetic import episodes as synthetic_episodes
 from producers.synthetic import interleaved
@@ -17,12 +17,8 @@ from producers.synthetic import scenario as synthetic_scenario
 from schemas.codec import Codec
 from schemas.events import make_event, stable_id
 from streams.deadletter import RawMessage
-from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
-from streams.failures.collector import ClusterStage, CollectorConfig
 from streams.failures.detector import DETECTOR_VERSION, DetectorConfig, EpisodeDetector
-from streams.failures.embedding import EmbeddingConfig, feature_names
 from streams.failures.router import DetectorStage, RouterConfig, empty_scenario
-from streams.failures.summaries import FeatureDescriber, LlmSummarizer
 
 PREFIX = "t."
 CODEC = Codec()
@@ -529,127 +525,6 @@ def test_an_end_that_waits_is_acknowledged_only_with_the_call_that_publishes_its
     out = stage.process([wire.event(scene.steps[-1])])
     assert len(on("failures.episodes", out)) == 1
     assert stage.releasable() == {EPISODES_TP: 2, STEPS_TP: len(scene.steps)}
-
-
-# -- cluster stage -------------------------------------------------------------------------------
-
-def cluster_stage(clock, **collector) -> ClusterStage:
-    ecfg = EmbeddingConfig()
-    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=10), FeatureDescriber(ecfg), "run-s")
-    return ClusterStage(clusterer, ecfg, CollectorConfig(**collector), PREFIX, "run-s", clock=clock)
-
-
-def episode_messages(wire: Wire, scene: Scene, success: bool) -> tuple[list, list]:
-    """(rollout.episodes messages, failures.moments messages) for one episode, via the detector."""
-    stage = detector_stage()
-    w = Wire()
-    out = stage.process([w.event(started(scene))] + [w.event(s) for s in scene.steps]
-                        + [w.event(ended(scene, success=success))])
-    moments = [wire.raw("failures.moments", scene.episode_id, o.value) for o in out if o.topic == "failures.moments"]
-    return [wire.event(started(scene)), wire.event(ended(scene, success=success))], moments
-
-
-def test_timeout_failures_are_embedded_once_their_timeout_moment_is_in_whatever_the_arrival_order():
-    clock = Clock()
-    stage = cluster_stage(clock)
-    wire = Wire()
-    out = []
-    for i in range(12):
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        # the detector lags behind the episodes topic for half of them (a backlog at start-up)
-        out += stage.process(episodes + moments if i % 2 else episodes[:1] + moments[:1] + episodes[1:])
-        if i % 2 == 0:
-            assert stage.stats["embedded"] == i  # its end is in, its timeout moment is not: it waits
-            out += stage.process(moments[1:])
-        ok_episodes, _ = episode_messages(wire, clean_lift(Scene(episode_id=f"ok-{i}")), success=True)
-        out += stage.process(ok_episodes)
-    assert stage.stats["embedded"] == 12 and stage.stats["not_failures"] == 12 and stage.open == {}
-    assert stage.stats["late_moments"] == 0
-    events = decoded(out)
-    assert all(topic == "failures.clusters" and key == e["cluster_id"].encode() for topic, key, e in events)
-    updated = [e for _, _, e in events if e["envelope"]["event_type"] == "ClusterUpdated"]
-    assigned = [e for _, _, e in events if e["envelope"]["event_type"] == "ClusterAssigned"]
-    assert len(updated) == 1 and updated[0]["dominant_failure_type"] == "slip" and updated[0]["size"] == 10
-    # 10 assigned by the re-clustering at the 10th add, the last 2 at once: their micro-cluster has a cluster
-    assert sorted(e["episode_id"] for e in assigned) == sorted(f"slip-{i}" for i in range(12))
-    slip_dim = feature_names().index("type:slip")
-    assert all(e["embedding"][slip_dim] > 0 for e in assigned)  # every moment was in when embedded
-    clock.now += CollectorConfig().recluster_interval_s
-    assert stage.tick() == [] and stage.clusterer.pending == 0
-
-
-def test_other_failures_settle_after_their_last_moment_and_later_moments_are_counted_late():
-    clock = Clock()
-    stage = cluster_stage(clock, settle_s=5.0)
-    wire = Wire()
-    scene = Scene().approach(30).close_on_cube(11).lift_by(0.10, 10).hold(5).slip(5)
-    episodes, moments = episode_messages(wire, scene, success=False)
-    end = ended(scene, success=False, termination="policy_error")
-    stage.process([episodes[0], wire.event(end), moments[0]])  # slip
-    clock.now += 4.0
-    stage.process([moments[1]])  # drop, 4 s later: the wait restarts
-    clock.now += 4.0
-    stage.tick()
-    assert stage.stats["embedded"] == 0
-    clock.now += 1.0
-    stage.tick()
-    assert stage.stats["embedded"] == 1
-    stage.process([wire.raw("failures.moments", "ep-1", moments[0].value)])
-    assert stage.stats["late_moments"] == 1
-
-
-def test_cluster_stage_dead_letters_garbage_as_the_clusterer():
-    clock = Clock()
-    stage = cluster_stage(clock)
-    wire = Wire()
-    out = decoded(stage.process([wire.raw("failures.moments", "x", b"junk")]))
-    assert [(t, e["consumer"], e["source_topic"]) for t, _, e in out] == \
-        [("deadletter", "failure-clusterer", "t.failures.moments")]
-
-
-def test_llm_summaries_are_requested_off_the_loop_and_published_for_the_current_revision():
-    from test_failure_clusterer import FakeChat
-
-    clock = Clock()
-    ecfg = EmbeddingConfig()
-    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=10), FeatureDescriber(ecfg), "run-s")
-    stage = ClusterStage(clusterer, ecfg, CollectorConfig(settle_s=0.0), PREFIX, "run-s", clock=clock,
-                         want_llm_summaries=True)
-    wire = Wire()
-    for i in range(10):
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        stage.process(episodes + moments)
-    (request,) = stage.take_summary_requests()
-    llm = LlmSummarizer(FakeChat("Lifted cubes slip out of the closed gripper and fall."), model="m")
-    message = stage.llm_summary(request, llm.summarize(request.stats, request.feature_summary))
-    event = CODEC.decode(message.value)
-    assert event["summary_source"] == "llm" and event["cluster_id"] == request.cluster_id
-    assert event["envelope"]["event_id"] != ""
-    for i in range(10, 20):  # the cluster changes: the old request is stale
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        stage.process(episodes + moments)
-    assert stage.llm_summary(request, "stale") is None
-
-
-@pytest.mark.parametrize("field,value", [("settle_s", -1.0), ("max_open_episodes", 0)])
-def test_collector_config_refuses_bad_values(field, value):
-    from streams.exceptions import ConfigError
-
-    with pytest.raises(ConfigError, match=field):
-        CollectorConfig(**{field: value})
-
-
-def test_a_quiet_stream_is_reclustered_after_the_interval():
-    clock = Clock()
-    stage = cluster_stage(clock, settle_s=0.0, recluster_interval_s=30.0)
-    wire = Wire()
-    for i in range(5):  # fewer than recluster_every
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        assert stage.process(episodes + moments) == []
-    assert stage.clusterer.pending == 5
-    clock.now += 30.0
-    events = [e for _, _, e in decoded(stage.tick())]
-    assert sorted(e["envelope"]["event_type"] for e in events) == ["ClusterAssigned"] * 5 + ["ClusterUpdated"]
 
 
 def test_a_step_the_detector_cannot_read_is_dead_lettered_not_fatal():

@@ -8,11 +8,12 @@ import asyncio
 import logging
 
 import pytest
+from analysed_episodes import KINDS, analysed_episodes, is_failure, kind_of
 from openai_stub_server import OpenAIStub
-from test_failure_stages import CODEC, PREFIX, Clock, Wire, episode_messages, slip_scene
+from test_cluster_stage import CODEC, PREFIX, Clock, wire
 
 from infra.settings import Settings
-from streams.app import llm_summarizer
+from infra.streams_worker import llm_summarizer
 from streams.exceptions import ConfigError
 from streams.failures.agents import llm_summaries
 from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
@@ -28,13 +29,12 @@ def settings_for(stub: OpenAIStub, **over) -> Settings:
 def clustered_stage() -> tuple[ClusterStage, list[dict]]:
     """A cluster stage that has formed one slip cluster and published its feature summary."""
     ecfg = EmbeddingConfig()
-    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=10), FeatureDescriber(ecfg), "run-s")
-    stage = ClusterStage(clusterer, ecfg, CollectorConfig(settle_s=0.0), PREFIX, "run-s", clock=Clock(),
-                         want_llm_summaries=True)
-    wire, out = Wire(), []
-    for i in range(10):
-        episodes, moments = episode_messages(wire, slip_scene(f"slip-{i}"), success=False)
-        out += stage.process(episodes + moments)
+    clusterer = OnlineFailureClusterer(ClustererConfig(recluster_every=10, recluster_fraction=10.0),
+                                       FeatureDescriber(ecfg), "run-s")
+    stage = ClusterStage(clusterer, ecfg, CollectorConfig(), PREFIX, "run-s", clock=Clock(), want_llm_summaries=True)
+    slippery = [e for e in analysed_episodes(120, seed=31, failure_share=1.0)
+                if kind_of(e) == KINDS[0] and is_failure(e)][:10]
+    out = stage.process(wire(slippery))
     updates = [e for e in map(CODEC.decode, (o.value for o in out)) if e["envelope"]["event_type"] == "ClusterUpdated"]
     return stage, updates
 
@@ -48,8 +48,11 @@ def test_summaries_come_from_the_configured_server():
         out = asyncio.run(llm_summaries(stage, llm))
     (event,) = [CODEC.decode(o.value) for o in out]
     assert (event["summary_source"], event["summary"]) == ("llm", reply)
-    assert event["cluster_id"] == updates[0]["cluster_id"] and event["size"] == updates[0]["size"]
+    assert event["cluster_id"] == updates[0]["cluster_id"] and event["size"] == updates[0]["size"] == 10
     assert event["envelope"]["event_id"] != updates[0]["envelope"]["event_id"]
+    # the next position: after the update and the 10 re-assignments it led to
+    assert event["position"] == updates[0]["position"] + 11 == stage.clusterer.position - 1
+    assert event["revision"] == updates[0]["revision"]
     ((headers, body),) = stub.requests
     assert body["model"] == "stub-model" and headers["authorization"] == "Bearer test-key"
     assert updates[0]["summary"] in body["messages"][-1]["content"]  # the feature summary is the prompt's ground

@@ -1,5 +1,6 @@
 """The faust app factory: settings the notes require, topics as raw bytes, agents per config.
-Builds apps only; connects to nothing."""
+Builds apps only; connects to nothing. The edge (settings -> app) is tested in
+tests/unit/test_streams_worker.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from infra.settings import Settings
 from streams.exceptions import ConfigError
 
 
@@ -24,8 +24,12 @@ def config(app_module, tmp_path: Path, **over):
                                     data_dir=tmp_path / "faust", **over)
 
 
+def no_consumers(extra: dict):
+    raise AssertionError("building an app must not read the broker")
+
+
 def test_defaults_follow_the_platform_notes(app_module, tmp_path):
-    app = app_module.make_app(config(app_module, tmp_path))
+    app = app_module.make_app(config(app_module, tmp_path), consumer_factory=no_consumers)
     assert app.conf.broker_session_timeout == 6.0
     assert app.conf.processing_guarantee.value == "at_least_once"
     assert [str(u) for u in app.conf.broker] == ["kafka://127.0.0.1:9092", "kafka://127.0.0.1:9093"]
@@ -35,8 +39,14 @@ def test_defaults_follow_the_platform_notes(app_module, tmp_path):
     detector = app.agents["failure-detector"]
     assert set(detector.channel.topics) == {"x.rollout.steps", "x.rollout.episodes"}
     assert detector.channel.value_serializer == "raw" and detector.channel.key_serializer == "raw"
-    assert set(app.agents["failure-clusterer"].channel.topics) == {"x.failures.moments", "x.rollout.episodes"}
+    assert set(app.agents["failure-clusterer"].channel.topics) == {"x.failures.episodes"}  # one partition
+    assert app.failure_clusterer_seat.tp == ("x.failures.episodes", 0)
     assert (tmp_path / "faust").is_dir()
+
+
+def test_the_clusterer_needs_a_consumer_factory_to_restore_from(app_module, tmp_path):
+    with pytest.raises(ConfigError, match="consumer_factory"):
+        app_module.make_app(config(app_module, tmp_path))
 
 
 def test_exactly_once_is_refused_with_the_reason_and_nonsense_too(app_module, tmp_path):
@@ -51,47 +61,6 @@ def test_exactly_once_is_refused_with_the_reason_and_nonsense_too(app_module, tm
 def test_a_detector_only_worker_has_no_clusterer(app_module, tmp_path):
     app = app_module.make_app(config(app_module, tmp_path, run_clusterer=False))
     assert set(app.agents) == {"failure-detector"}
-
-
-def test_config_from_project_settings(app_module, tmp_path):
-    settings = Settings(memory_dir=tmp_path, topic_prefix="p.", session_timeout_ms=4000)
-    cfg = app_module.StreamsConfig.from_settings(settings, "127.0.0.1:1")
-    assert (cfg.topic_prefix, cfg.broker_session_timeout_s, cfg.data_dir) == ("p.", 4.0, tmp_path / "faust")
-
-
-def test_the_processing_guarantee_comes_from_the_settings(app_module, tmp_path):
-    external = Settings(memory_dir=tmp_path, bootstrap_servers="127.0.0.1:1",
-                        streams_processing_guarantee="exactly_once")
-    with pytest.raises(ConfigError, match="SEPA_STREAMS_PROCESSING_GUARANTEE.*never commit"):
-        app_module.StreamsConfig.from_settings(external, "127.0.0.1:1")
-    assert app_module.StreamsConfig.from_settings(Settings(memory_dir=tmp_path), "127.0.0.1:1") \
-        .processing_guarantee == "at_least_once"
-
-
-def test_exactly_once_on_the_embedded_broker_is_refused_naming_the_setting(app_module, tmp_path):
-    embedded = Settings(memory_dir=tmp_path, streams_processing_guarantee="exactly_once")
-    with pytest.raises(ConfigError, match="SEPA_STREAMS_PROCESSING_GUARANTEE.*Tansu"):
-        app_module.StreamsConfig.from_settings(embedded, "127.0.0.1:9092")  # the address `up` resolved
-
-
-def test_up_refuses_exactly_once_on_the_embedded_broker_before_starting_anything(tmp_path):
-    from infra.processes import up
-
-    with pytest.raises(ConfigError, match="streams_processing_guarantee"):
-        up(Settings(memory_dir=tmp_path, streams_processing_guarantee="exactly_once"))
-    assert not (tmp_path / "run" / "state.json").exists()
-
-
-def test_the_edge_wires_the_llm_summarizer_from_the_environment(app_module, tmp_path, monkeypatch):
-    for name, value in {"SEPA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "SEPA_MEMORY_DIR": str(tmp_path),
-                        "SEPA_OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "SEPA_OPENAI_MODEL": "m",
-                        "OPENAI_API_KEY": "k"}.items():
-        monkeypatch.setenv(name, value)
-    app = app_module.app_from_environment()
-    assert app.failure_cluster_stage.want_llm_summaries is True
-    monkeypatch.delenv("SEPA_OPENAI_MODEL")
-    monkeypatch.delenv("SEPA_OPENAI_BASE_URL")
-    assert app_module.app_from_environment().failure_cluster_stage.want_llm_summaries is False
 
 
 class FakeStream:
@@ -139,9 +108,3 @@ def test_backlogged_partitions_are_those_lagging_beyond_a_bound(app_module):
     delivered = {("s", 0): 7, ("s", 1): 7, ("s", 2): 3, ("s", 3): 1}
     assert backlogged(Consumer(), delivered, 0) == {("s", 0)}
     assert backlogged(Consumer(), delivered, 3) == set()  # live traffic always lags a little
-
-
-def test_importing_the_module_builds_no_app(app_module):
-    assert app_module._app is None
-    with pytest.raises(AttributeError):
-        app_module.not_there  # noqa: B018

@@ -1,7 +1,8 @@
 """Manual smoke test of the faust worker against the embedded broker (not collected by pytest).
 
 Starts Tansu, creates the catalog's topics, publishes synthetic episodes plus one undecodable
-message, runs ``faust -A streams.app worker`` (settings from SEPA_* like any deployment), and reads
+message, and synthetic EpisodeAnalysed events (tests/analysed_episodes.py) for the clusterer, runs
+``faust -A infra.streams_worker worker`` (settings from SEPA_* like any deployment), and reads
 failures.moments, failures.clusters and deadletter until clusters appear or the time is up.
 
 Usage:
@@ -27,6 +28,11 @@ from producers.publisher import Publisher
 from schemas.codec import Codec
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tests"))
+from analysed_episodes import analysed_episodes  # noqa: E402
+
+# What `sepa-eval up` runs (infra/processes.py): the faust edge with its web server off.
+STREAMS_WORKER = [sys.executable, "-m", "faust", "-A", "infra.streams_worker", "worker", "--without-web", "-l", "info"]
 
 
 def main(episodes: int, seconds: float) -> int:
@@ -40,11 +46,13 @@ def main(episodes: int, seconds: float) -> int:
         for event in synthetic.episodes(episodes, 120, seed=3, run_id="smoke"):
             pub.publish(event)
         pub.publish_raw("sepa.rollout.steps", b"bad-episode", b"\x00\x00\x00\x00\x01garbage")
+        for event in analysed_episodes(episodes, seed=3, run_id="smoke"):
+            pub.publish(event)
         pub.flush()
         env = dict(os.environ, SEPA_BOOTSTRAP_SERVERS=boot, SEPA_MEMORY_DIR=str(work / "mem"))
         t0 = time.monotonic()
         with open(work / "worker.log", "w") as log:
-            worker = subprocess.Popen([sys.executable, "-m", "faust", "-A", "streams.app", "worker", "-l", "info"],
+            worker = subprocess.Popen(STREAMS_WORKER,
                                       cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         codec = Codec()
         reader = Consumer({"bootstrap.servers": boot, "group.id": "smoke-reader", "auto.offset.reset": "earliest",

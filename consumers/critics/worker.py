@@ -1,0 +1,297 @@
+"""The critics worker: validates every proposed candidate and publishes its CriticVerdicts.
+
+    worker = CriticsWorker(consumer, publisher, store, codec, CriticsConfig(), judge=None)
+    worker.run(stop)            # until stop is set; `sepa-eval critics` runs it, `up` starts it
+
+It reads scenarios.candidates (a Kafka consumer built at the edge) and, for each CandidateProposed
+that is not a base scenario, runs the three critics in order:
+
+1. robustness (consumers/critics/sequential.py): asks for validation rollouts of the candidate for
+   every registered model and the oracle, and of the parent (the control arm) for the registered
+   models, on the same seeds 0, 1, ...; the sweeps already ran the parent on the first seeds, so
+   the control arm is mostly there. After every look the sequential rule says continue (request
+   the next seeds), accept or reject.
+2. safety (consumers/critics/safety.py), once robustness accepted: the oracle's validation
+   episodes, from their EpisodeAnalysed (quality, moments).
+3. semantic (consumers/critics/semantic.py), once safety passed: the VLM judge over the keyframes
+   of the oracle's first successful validation episode; with no judge configured, a verdict that
+   says "not run" (missing evidence, never a pass).
+
+Everything a critic needs is read from the evidence log (consumers/benchmark_state.py), never kept
+here: a restarted worker re-reads its uncommitted candidates, finds the rollouts and verdicts that
+exist, and carries on; a request already in the log is not published again, a verdict already in
+the log is not judged again. A candidate's offset is committed once its last verdict is published,
+in offset order per partition (the same discipline as the failure detector's acknowledgements).
+Verdicts and requests take their event time from their evidence (the latest episode used, the
+candidate), so a re-derived one is byte-identical to the first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, TopicPartition
+
+from consumers import benchmark_state as q
+from consumers.critics.safety import SafetyConfig, judge_safety
+from consumers.critics.semantic import CRITIC as SEMANTIC
+from consumers.critics.semantic import SemanticConfig, SemanticJudge, SemanticVerdict
+from consumers.critics.sequential import ACCEPT, CONTINUE, SequentialConfig, decide
+from consumers.evidence.store import EvidenceStore
+from producers.publisher import Publisher
+from schemas.codec import Codec
+from schemas.events import dead_letter, make_event, stable_id
+from schemas.exceptions import SchemaError
+
+log = logging.getLogger(__name__)
+CONSUMER = "critics"
+GROUP_ID = "sepa-critics"
+ROBUSTNESS, SAFETY = "robustness", "safety"
+ORACLE_KIND = "oracle"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CriticsConfig:
+    sequential: SequentialConfig = field(default_factory=SequentialConfig)
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+    semantic: SemanticConfig = field(default_factory=SemanticConfig)
+    oracle_keyframe_every: int = 40  # the oracle's candidate rollouts render a keyframe this often (steps)
+    poll_interval_s: float = 1.0  # how often pending candidates are looked at again, s
+    run_id: str = "critics"
+
+
+@dataclass
+class _Pending:
+    event: dict
+    partition: tuple[str, int]
+    offset: int
+    published: set[str] = field(default_factory=set)  # request ids published by this process
+    done: bool = False
+
+
+def validation_request(candidate: Mapping, scenario: Mapping, model_id: str, seeds: list[int], keyframe_every: int,
+                       run_id: str) -> dict:
+    """The RolloutRequested for one arm of one look. Its id and time come from the candidate, so
+    deriving it again after a restart gives the same event."""
+    request_id = "req-" + stable_id("validation", candidate["scenario_id"], scenario["scenario_id"], model_id,
+                                    tuple(seeds))[:20]
+    return make_event("RolloutRequested", (request_id,), CONSUMER, run_id,
+                      event_time=candidate["envelope"]["event_time"], request_id=request_id,
+                      scenario_id=scenario["scenario_id"], scenario=dict(scenario), model_id=model_id, seeds=seeds,
+                      purpose="validation", keyframe_every=keyframe_every)
+
+
+class CriticsWorker:
+    def __init__(self, consumer: Consumer, publisher: Publisher, store: EvidenceStore, codec: Codec,
+                 config: CriticsConfig, topic_prefix: str, judge: SemanticJudge | None = None):
+        self.consumer, self.publisher, self.store, self.codec = consumer, publisher, store, codec
+        self.config = config
+        self.prefix = topic_prefix
+        self.judge = judge
+        self.pending: OrderedDict[str, _Pending] = OrderedDict()  # by scenario id, in arrival order
+        self.stats = {"candidates": 0, "verdicts": 0, "requests": 0, "dead_letters": 0}
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, on_assigned=None) -> None:
+        """Until ``stop`` is set; ``on_assigned()`` is called once the group gave this worker its
+        partitions (the readiness `sepa-eval up` waits for)."""
+        def assigned(consumer, partitions) -> None:
+            if on_assigned is not None:
+                on_assigned()
+
+        self.consumer.subscribe([f"{self.prefix}scenarios.candidates"], on_assign=assigned,
+                                on_revoke=self._on_revoke)
+        last = 0.0
+        try:
+            while not stop.is_set():
+                for msg in self.consumer.consume(num_messages=100, timeout=self.config.poll_interval_s):
+                    if msg.error() is None:
+                        self._take(msg)
+                if time.monotonic() - last >= self.config.poll_interval_s:
+                    last = time.monotonic()
+                    self.advance_all()
+                    self._commit()
+        finally:
+            self.publisher.flush()
+            self.consumer.close()
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        # Another worker takes these candidates over from their committed offsets.
+        gone = {(p.topic, p.partition) for p in partitions}
+        for sid in [s for s, p in self.pending.items() if p.partition in gone]:
+            del self.pending[sid]
+
+    def _take(self, msg) -> None:
+        try:
+            event = self.codec.decode(msg.value())
+        except SchemaError as exc:
+            _, ts = msg.timestamp()
+            self.publisher.publish(dead_letter(CONSUMER, self.config.run_id, msg.topic(), msg.partition(),
+                                               msg.offset(), msg.key(), msg.value(), str(exc), ts))
+            self.stats["dead_letters"] += 1
+            event = None
+        tp = (msg.topic(), msg.partition())
+        sid = event["scenario_id"] if event else f"~dead@{msg.partition()}:{msg.offset()}"
+        pending = _Pending(event or {}, tp, msg.offset(), done=event is None or event.get("generator") == "base")
+        if sid not in self.pending:
+            self.pending[sid] = pending
+            self.stats["candidates"] += 1
+
+    def advance_all(self) -> None:
+        for sid, p in list(self.pending.items()):
+            if not p.done:
+                try:
+                    p.done = self.advance(p)
+                except Exception:  # one candidate's trouble (a bad spec, a store hiccup) must not stop the others
+                    log.exception("candidate %s: critics failed this round; retrying", sid)
+        self.publisher.flush()
+
+    def _commit(self) -> None:
+        """Commits, per partition, past the longest prefix of done candidates (offset order)."""
+        by_tp: dict[tuple[str, int], list[_Pending]] = {}
+        for p in self.pending.values():
+            by_tp.setdefault(p.partition, []).append(p)
+        offsets = []
+        for tp, items in by_tp.items():
+            items.sort(key=lambda p: p.offset)
+            upto = None
+            for p in items:
+                if not p.done:
+                    break
+                upto = p.offset + 1
+            if upto is not None:
+                offsets.append(TopicPartition(tp[0], tp[1], upto))
+                for p in items:
+                    if p.offset < upto:
+                        self.pending.pop(p.event.get("scenario_id", f"~dead@{tp[1]}:{p.offset}"), None)
+        if offsets:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+
+    # -- one candidate ----------------------------------------------------------------------
+
+    def advance(self, p: _Pending) -> bool:
+        """One step of the critics for a candidate; True once every verdict it needs is published."""
+        candidate = p.event
+        sid = candidate["scenario_id"]
+        have = {v.critic: v for v in q.verdicts(self.store, scenario_ids=[sid])}
+        registered = q.models(self.store)
+        oracles = [m.model_id for m in registered if m.kind == ORACLE_KIND]
+        ranked = [m.model_id for m in registered if m.kind != ORACLE_KIND]
+        if not oracles or not ranked:
+            log.info("candidate %s waits: %d oracle(s), %d ranked model(s) registered", sid, len(oracles), len(ranked))
+            return False
+        oracle = oracles[0]
+
+        robust = have.get(ROBUSTNESS)
+        if robust is None:
+            verdict = self._robustness(p, oracle, ranked)
+            if verdict is None:
+                return False
+            robust = verdict
+        if not robust.passed:
+            return True
+        if SAFETY not in have and not self._safety(p, oracle, ranked):
+            return False
+        if SEMANTIC not in have:
+            self._semantic(p, oracle, [*ranked, oracle])
+        return True
+
+    def _robustness(self, p: _Pending, oracle: str, ranked: list[str]):
+        candidate = p.event
+        sid, parent_id = candidate["scenario_id"], candidate["parent_scenario_id"]
+        trials = q.trials(self.store, model_ids=[oracle, *ranked], scenario_ids=[sid, parent_id])
+        outcome = {(t.scenario_id, t.model_id, t.seed): t for t in trials if t.valid and t.seed is not None}
+        cfg = self.config.sequential
+        n = 0
+        while n < cfg.max_seeds and all((sid, m, n) in outcome for m in (oracle, *ranked)) \
+                and all((parent_id, m, n) in outcome for m in ranked):
+            n += 1
+        decision = decide([outcome[(sid, oracle, s)].success for s in range(n)],
+                          {m: [(outcome[(sid, m, s)].success, outcome[(parent_id, m, s)].success) for s in range(n)]
+                           for m in ranked}, cfg)
+        if decision.action == CONTINUE:
+            self._request(p, oracle, ranked, decision.next_seeds, outcome)
+            return None
+        used = [outcome[(sid, m, s)] for m in (oracle, *ranked) for s in range(decision.seeds)] + \
+               [outcome[(parent_id, m, s)] for m in ranked for s in range(decision.seeds)]
+        fields = decision.verdict_fields(cfg)
+        event = self._verdict(candidate, fields, used)
+        self.publisher.publish(event)
+        self.stats["verdicts"] += 1
+        log.info("candidate %s: robustness %s at look %d (%d seeds per arm): %s", sid, decision.action,
+                 decision.look, decision.seeds, decision.reason)
+        return _Published(passed=decision.action == ACCEPT)
+
+    def _request(self, p: _Pending, oracle: str, ranked: list[str], upto: int, outcome: dict) -> None:
+        candidate = p.event
+        scenario, parent = candidate["scenario"], None
+        arms = [(scenario, m, self.config.oracle_keyframe_every if m == oracle else 0) for m in (oracle, *ranked)]
+        parent_id = candidate["parent_scenario_id"]
+        for m in ranked:
+            if any((parent_id, m, s) not in outcome for s in range(upto)):
+                parent = parent or self._parent_spec(parent_id)
+                if parent is None:
+                    log.warning("candidate %s: the parent %s is not in the log; no control arm",
+                                candidate["scenario_id"], parent_id)
+                    return
+                arms.append((parent, m, 0))
+        wanted = []
+        for spec, model, keyframes in arms:
+            seeds = [s for s in range(upto) if (spec["scenario_id"], model, s) not in outcome]
+            if seeds:
+                wanted.append(validation_request(candidate, spec, model, seeds, keyframes, self.config.run_id))
+        fresh = [r for r in wanted if r["request_id"] not in p.published]
+        known = q.requested(self.store, [r["request_id"] for r in fresh]) if fresh else set()
+        for request in fresh:
+            p.published.add(request["request_id"])
+            if request["request_id"] not in known:
+                self.publisher.publish(request)
+                self.stats["requests"] += 1
+
+    def _parent_spec(self, parent_id: str) -> dict | None:
+        return q.scenario_spec(self.store, parent_id)
+
+    def _oracle_episodes(self, candidate: dict, oracle: str) -> list:
+        sid = candidate["scenario_id"]
+        return [t for t in q.trials(self.store, model_ids=[oracle], scenario_ids=[sid]) if t.valid]
+
+    def _safety(self, p: _Pending, oracle: str, ranked: list[str]) -> bool:
+        episodes = self._oracle_episodes(p.event, oracle)
+        analysed = q.analysed_episodes(self.store, [t.episode_id for t in episodes])
+        if len(analysed) < len(episodes):
+            return False  # the detector has not decided every episode yet
+        verdict = judge_safety(analysed, oracle, self.config.safety)
+        self.publisher.publish(self._verdict(p.event, verdict.fields(), episodes))
+        self.stats["verdicts"] += 1
+        return True
+
+    def _semantic(self, p: _Pending, oracle: str, evaluated: list[str]) -> None:
+        candidate = p.event
+        episodes = self._oracle_episodes(candidate, oracle)
+        if self.judge is None:
+            verdict = SemanticVerdict(False, None, None, "none", "not run: no judge configured")
+        else:
+            won = [t for t in episodes if t.success]
+            frames = q.episode_keyframes(self.store, won[0].episode_id) if won else []
+            verdict = self.judge.judge(candidate["scenario"]["instruction"], frames, evaluated)
+        self.publisher.publish(self._verdict(candidate, verdict.fields(), episodes))
+        self.stats["verdicts"] += 1
+
+    def _verdict(self, candidate: dict, fields: dict, evidence_trials: list) -> dict:
+        times = [t.ended_at for t in evidence_trials if getattr(t, "ended_at", None) is not None]
+        at = max(times, default=candidate["envelope"]["event_time"])
+        return make_event("CriticVerdict", (candidate["scenario_id"], fields["critic"], fields["critic_version"]),
+                          CONSUMER, self.config.run_id, event_time=at, scenario_id=candidate["scenario_id"], **fields)
+
+
+@dataclass(frozen=True)
+class _Published:
+    """A verdict this process just published (the log will show it shortly)."""
+
+    passed: bool

@@ -1,0 +1,478 @@
+"""The run orchestrator: what a run publishes, and the waiting on the events of that run.
+
+A run publishes RolloutRequested events (the rollout worker that `sepa-eval up` started serves
+them) and then waits on the evidence log, never on the processes:
+
+1. ``wait_for_episodes``: every requested episode has its EpisodeEnded in rollout_episodes;
+2. ``wait_until_settled``: every ended episode has its EpisodeAnalysed (failure_episodes), and
+   every failed analysed episode (success=false, analysed=true, termination not env_error or
+   aborted) has its intake ClusterAssigned (failure_clusters, intake=true): the failure moments
+   of every episode are stored and the clusterer has taken in every failure, in a cluster or as
+   noise. Only then is the derived state a finished one that a report may print.
+
+A timeout names what is missing (which requests, which episodes, which table). The CLI's `run` and
+`rollout` are thin callers; the evolving loop (cycles, sweeps) builds on the same waits.
+
+    requests = request_rollouts(publisher, store, scenario, ["oracle"], seeds=[0, 1], run_id="run")
+    wait_for_episodes(store, requests, deadline)
+    settled = wait_until_settled(store, requests, deadline)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from consumers import benchmark_state as q
+from consumers.evidence.store import EvidenceStore
+from infra import processes
+from infra.exceptions import NotRunning, RequestRefused, WaitTimeout
+from infra.settings import Settings
+from producers.publisher import Publisher
+from producers.rollout_worker import rollout_request
+from producers.sim.models import ModelConfig
+from schemas.catalog import BY_NAME
+from schemas.events import make_event, stable_id
+
+POLL_S = 0.5
+# Terminations that are not the policy's failure: the clusterer does not take them in.
+NOT_CLUSTERED_TERMINATIONS = ("env_error", "aborted")
+# How many missing ids a timeout error quotes.
+QUOTED_IDS = 5
+
+Progress = Callable[[int, int], None]  # (done, total)
+Check = Callable[[], None]  # raises when a process the wait relies on has died
+
+
+def deadline_in(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def still_coming(settings: Settings, store: EvidenceStore, requests: list[dict]) -> Check:
+    """A check for the waits: the rollout worker and the pipeline still run, and no request was
+    refused by the rollout worker (dead-lettered: its episodes will never come)."""
+    state = processes.RunState.read(settings)
+    topic = BY_NAME["rollout.requests"].full_name(settings.topic_prefix)
+
+    def check() -> None:
+        for child in (processes.ROLLOUT, processes.PIPELINE):
+            if state.pid_of(child) is not None and not state.alive(child):
+                raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped; "
+                                 f"see {child.log(settings)}")
+        refused = refused_requests(store, topic, [r["request_id"] for r in requests])
+        if refused:
+            raise RequestRefused("; ".join(f"the rollout worker refused {rid}: {reason}"
+                                           for rid, reason in refused.items()))
+    return check
+
+
+def still_running(settings: Settings) -> Check:
+    """A check for the evolving loop's waits: every process `up` started still runs."""
+    state = processes.RunState.read(settings)
+
+    def check() -> None:
+        for child in processes.CHILDREN:
+            if state.pid_of(child) is not None and not state.alive(child):
+                raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped; "
+                                 f"see {child.log(settings)}")
+    return check
+
+
+def register_models(publisher: Publisher, models: list[ModelConfig], producer: str = "sync-models") -> None:
+    """ModelRegistered for every model (ids from (model_id, version): re-registering dedups)."""
+    for m in models:
+        publisher.publish(make_event("ModelRegistered", (m.model_id, m.version), producer, producer,
+                                     model_id=m.model_id, version=m.version, kind=m.kind,
+                                     description=m.description, params=m.params()))
+    publisher.flush()
+
+
+def check_models(requested: list[str], models: list[ModelConfig]) -> None:
+    """Refuses a model the registry does not know, before anything is published."""
+    known = {m.model_id for m in models}
+    unknown = [m for m in requested if m not in known]
+    if unknown:
+        raise ValueError(f"model {', '.join(map(repr, unknown))} is not in the model registry; known: {sorted(known)}")
+
+
+def request_rollouts(publisher: Publisher, store: EvidenceStore, scenario: dict, model_ids: list[str],
+                     seeds: list[int], run_id: str, purpose: str = "adhoc", keyframe_every: int = 0) -> list[dict]:
+    """One RolloutRequested per model. Request ids come from (scenario, model, seeds, purpose, run),
+    so asking again is the same request; one whose episodes have all ended already is not published
+    again. Returns every request (published or not)."""
+    requests = [rollout_request(scenario, model_id, seeds, purpose=purpose, keyframe_every=keyframe_every,
+                                run_id=run_id) for model_id in model_ids]
+    done = _ended_per_request(store, [r["request_id"] for r in requests])
+    for request in requests:
+        if done.get(request["request_id"], 0) < len(request["seeds"]):
+            publisher.publish(request)
+    publisher.flush()
+    return requests
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The run's episodes once the failure analysis has caught up with them."""
+
+    episodes: int  # ended
+    failed: int  # failed, analysed, of a termination the clusterer takes in
+    fragile: int  # successes with failure moments (the clusterer takes them in too)
+    analysed: int
+    moments: int  # failure moments of the run's episodes (from their EpisodeAnalysed)
+    clustered: int  # failed and fragile episodes with their intake ClusterAssigned
+
+
+def wait_for_episodes(store: EvidenceStore, requests: list[dict], deadline: float,
+                      progress: Progress | None = None, check: Check | None = None) -> int:
+    """Until every requested episode's EpisodeEnded is in the evidence log; returns their number."""
+    expected = {r["request_id"]: len(r["seeds"]) for r in requests}
+    total = sum(expected.values())
+    while True:
+        ended = _ended_per_request(store, list(expected))
+        done = sum(min(ended.get(rid, 0), n) for rid, n in expected.items())
+        if progress is not None:
+            progress(done, total)
+        if done >= total:
+            return total
+        if check is not None:
+            check()
+        if time.monotonic() > deadline:
+            short = [f"{rid}: {ended.get(rid, 0)} of {n}" for rid, n in expected.items() if ended.get(rid, 0) < n]
+            raise WaitTimeout(f"{total - done} of {total} requested episodes have not ended in the evidence log "
+                              f"(rollout_episodes) in time; requests short of episodes: {_quote(short)}")
+        time.sleep(POLL_S)
+
+
+def wait_until_settled(store: EvidenceStore, requests: list[dict], deadline: float,
+                       progress: Progress | None = None, check: Check | None = None,
+                       fragile: bool = False) -> Settled:
+    """Until every ended episode of the requests is analysed and every failed one clustered
+    (``fragile``: the clusterer takes in successes with failure moments too, and is waited for)."""
+    request_ids = [r["request_id"] for r in requests]
+    while True:
+        state = settle_state(store, request_ids, fragile)
+        if progress is not None:
+            progress(state.analysed_count + state.clustered_count, state.total)
+        if not state.unanalysed and not state.unclustered:
+            return state.settled
+        if check is not None:
+            check()
+        if time.monotonic() > deadline:
+            missing = []
+            if state.unanalysed:
+                missing.append(f"{len(state.unanalysed)} of {len(state.ended)} ended episodes have no EpisodeAnalysed "
+                               f"in failure_episodes (the failure detector's): {_quote(state.unanalysed)}")
+            if state.unclustered:
+                missing.append(f"{len(state.unclustered)} of {len(state.to_cluster)} failed (or fragile) episodes have "
+                               f"no intake ClusterAssigned in failure_clusters (the clusterer's): "
+                               f"{_quote(state.unclustered)}")
+            raise WaitTimeout("the failure analysis did not catch up in time: " + "; ".join(missing))
+        time.sleep(POLL_S)
+
+
+@dataclass(frozen=True)
+class SettleState:
+    ended: list[str]
+    analysed: dict[str, tuple[bool, bool, str, int]]  # episode -> (success, analysed, termination, moments)
+    clustered: set[str]
+    fragile: bool = False  # the clusterer takes in successes with failure moments too
+
+    @property
+    def to_cluster(self) -> list[str]:
+        """The episodes the clusterer takes in: failures, and successes with failure moments (fragile wins)."""
+        return sorted(e for e, a in self.analysed.items() if taken_in(*a, fragile=self.fragile))
+
+    @property
+    def unanalysed(self) -> list[str]:
+        return [e for e in self.ended if e not in self.analysed]
+
+    @property
+    def unclustered(self) -> list[str]:
+        return [e for e in self.to_cluster if e not in self.clustered]
+
+    @property
+    def analysed_count(self) -> int:
+        return len(self.ended) - len(self.unanalysed)
+
+    @property
+    def clustered_count(self) -> int:
+        return len(self.to_cluster) - len(self.unclustered)
+
+    @property
+    def total(self) -> int:
+        return len(self.ended) + len(self.to_cluster)
+
+    @property
+    def settled(self) -> Settled:
+        return Settled(episodes=len(self.ended), failed=sum(not self.analysed[e][0] for e in self.to_cluster),
+                       fragile=sum(bool(self.analysed[e][0]) for e in self.to_cluster), analysed=len(self.analysed),
+                       moments=sum(m for *_, m in self.analysed.values()), clustered=self.clustered_count)
+
+
+# Episodes of the requests whose EpisodeEnded is stored (EpisodeEnded carries no request_id:
+# EpisodeStarted names the request).
+ENDED_OF_REQUESTS = (
+    "SELECT request_id, episode_id FROM (SELECT DISTINCT request_id, episode_id FROM {database}.rollout_episodes FINAL "
+    "WHERE envelope.event_type = 'EpisodeStarted' AND has({requests:Array(String)}, request_id)) "
+    "WHERE episode_id IN (SELECT episode_id FROM {database}.rollout_episodes FINAL "
+    "WHERE envelope.event_type = 'EpisodeEnded') ORDER BY request_id, episode_id")
+
+
+def ended_episodes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[str, str]]:
+    """(request_id, episode_id) of every ended episode of the requests."""
+    return [(r, e) for r, e in store.query(ENDED_OF_REQUESTS, {"requests": request_ids})]
+
+
+def taken_in(success: bool, analysed: bool, termination: str, moments: int, fragile: bool) -> bool:
+    """Whether the clusterer takes an analysed episode in (streams/failures/collector.py's rule)."""
+    return (not success or (fragile and moments > 0)) and analysed and termination not in NOT_CLUSTERED_TERMINATIONS
+
+
+def settle_state(store: EvidenceStore, request_ids: list[str], fragile: bool = False) -> SettleState:
+    """Where the failure analysis of the requests' ended episodes stands, read from the evidence log."""
+    ended = sorted({e for _, e in ended_episodes(store, request_ids)})
+    if not ended:
+        return SettleState([], {}, set(), fragile)
+    analysed = {e: (bool(s), bool(a), t, int(m)) for e, s, a, t, m in store.query(
+        "SELECT episode_id, any(success), any(analysed), any(termination), any(length(moments)) "
+        "FROM {database}.failure_episodes FINAL WHERE has({episodes:Array(String)}, episode_id) "
+        "GROUP BY episode_id", {"episodes": ended})}
+    failed = [e for e, a in analysed.items() if taken_in(*a, fragile=fragile)]
+    clustered = {row[0] for row in store.query(
+        "SELECT DISTINCT episode_id FROM {database}.failure_clusters FINAL "
+        "WHERE envelope.event_type = 'ClusterAssigned' AND intake AND has({episodes:Array(String)}, episode_id)",
+        {"episodes": failed})} if failed else set()
+    return SettleState(ended, analysed, clustered, fragile)
+
+
+def episode_outcomes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[int, str, str, int, bool]]:
+    """(seed, episode_id, termination, steps, success) of the requests' ended episodes, by seed."""
+    episode_ids = [e for _, e in ended_episodes(store, request_ids)]
+    rows = store.query(
+        "SELECT s.seed, episode_id, e.termination, e.steps, e.success FROM "
+        "(SELECT episode_id, any(seed) AS seed FROM {database}.rollout_episodes FINAL "
+        " WHERE envelope.event_type = 'EpisodeStarted' AND has({episodes:Array(String)}, episode_id) "
+        " GROUP BY episode_id) AS s JOIN "
+        "(SELECT episode_id, any(termination) AS termination, any(steps) AS steps, any(success) AS success "
+        " FROM {database}.rollout_episodes FINAL WHERE envelope.event_type = 'EpisodeEnded' "
+        " AND has({episodes:Array(String)}, episode_id) GROUP BY episode_id) AS e USING (episode_id) "
+        "ORDER BY s.seed, episode_id", {"episodes": episode_ids})
+    return [(int(seed), e, t, int(n), bool(ok)) for seed, e, t, n, ok in rows]
+
+
+def refused_requests(store: EvidenceStore, requests_topic: str, request_ids: list[str]) -> dict[str, str]:
+    """request_id -> reason, for requests a rollout worker dead-lettered (their episodes never come)."""
+    rows = store.query("SELECT original, reason FROM {database}.dead_letters FINAL WHERE source_topic = {topic:String}",
+                       {"topic": requests_topic}, column_formats={"original": "bytes"})
+    return {rid: reason for original, reason in rows for rid in request_ids if rid.encode() in original}
+
+
+def _ended_per_request(store: EvidenceStore, request_ids: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for request_id, _ in ended_episodes(store, request_ids):
+        counts[request_id] = counts.get(request_id, 0) + 1
+    return counts
+
+
+def _quote(ids: list[str]) -> str:
+    shown = ", ".join(ids[:QUOTED_IDS])
+    return shown + (f" and {len(ids) - QUOTED_IDS} more" if len(ids) > QUOTED_IDS else "")
+
+
+# --- the evolving loop ------------------------------------------------------------------------
+#
+#   result = evolve(store, publisher, models, EvolveConfig(cycles=2, run_id="run-7"), on_event=print)
+#
+# A cycle: sweep every registered model over the active benchmark (seeds 0..sweep_seeds-1; a
+# (scenario, model version, seeds) already swept is not run again), wait until every sweep episode is
+# analysed and every failure clustered, open the cycle (CycleStarted, naming the clusterer's log
+# position the mutator seeds from), wait for the mutator's answer and for the gate's decision on
+# every candidate it proposed (the critics validate them meanwhile), then report the cycle. The
+# first cycle of an empty log first promotes the base scenarios (through the gate, as candidates
+# of generator "base").
+
+BASE_OPERATOR = "base"
+ORCHESTRATOR = "orchestrator"
+# Decisions the gate leaves a candidate in that end a cycle's wait (a deferred candidate is re-tried
+# by the gate later; one in review waits for a person).
+CYCLE_SETTLED = ("promoted", "rejected", "deferred", "review", "approved", "retired")
+# After the last candidate is decided, the log is read again once it has been quiet this long, so
+# retirements the gate published with the promotions are in.
+QUIET_S = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvolveConfig:
+    run_id: str
+    cycles: int = 2
+    sweep_seeds: int = 20  # seeds 0..n-1 per model x active scenario; the critics' control arm reuses them
+    max_candidates: int = 4  # per cycle
+    generator: str = "failure-guided"  # or "blind" (the baseline arm)
+    seed: int = 0
+    base: tuple[dict, ...] = ()  # ScenarioSpec records of the base benchmark (promoted when nothing is)
+    stage_timeout_s: float = 1800.0  # each wait of a cycle gives up after this long
+    fragile: bool = True  # the clusterer takes in fragile successes (Settings.cluster_fragile_successes)
+
+    def __post_init__(self) -> None:
+        if self.generator not in ("failure-guided", "blind"):
+            raise ValueError(f"EvolveConfig.generator must be failure-guided or blind, got {self.generator!r}")
+        for name in ("cycles", "sweep_seeds", "max_candidates"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"EvolveConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    cycle: int
+    cycle_id: str
+    version_before: int
+    version_after: int
+    proposed: tuple[str, ...]
+    infeasible: int
+    decided: dict  # candidate status -> count (promoted, rejected, deferred, review)
+    promoted: tuple[str, ...]
+    retired: tuple[str, ...]
+    scores: tuple  # ModelScore of the benchmark after the cycle (pooled over its scenarios)
+    rollouts: int  # episodes run during the cycle (sweeps and validation)
+    seconds: float
+
+
+def sweep_request(scenario: dict, model: ModelConfig, seeds: list[int], run_id: str) -> dict:
+    """The sweep of one model version over one scenario. Its id does not depend on the run, so
+    sweeping the same version over the same scenario and seeds again is the same request."""
+    request_id = "req-" + stable_id("sweep", scenario["scenario_id"], model.model_id, model.version, tuple(seeds))[:20]
+    return make_event("RolloutRequested", (request_id,), ORCHESTRATOR, run_id, request_id=request_id,
+                      scenario_id=scenario["scenario_id"], scenario=scenario, model_id=model.model_id, seeds=seeds,
+                      purpose="sweep", keyframe_every=0)
+
+
+def base_candidate(scenario: dict, run_id: str) -> dict:
+    return make_event("CandidateProposed", (scenario["scenario_id"],), ORCHESTRATOR, run_id,
+                      scenario_id=scenario["scenario_id"], parent_scenario_id="", operator=BASE_OPERATOR, params={},
+                      source_cluster_id=None, scenario=scenario, mutator_version=ORCHESTRATOR, factor="base",
+                      generator="base", cycle_id="", feasibility_json="{}")
+
+
+def evolve(store: EvidenceStore, publisher: Publisher, models: list[ModelConfig], config: EvolveConfig,
+           on_event: Callable[[str, object], None] = lambda kind, value: None,
+           check: Check | None = None) -> list[CycleReport]:
+    """Runs ``config.cycles`` cycles; ``on_event(kind, value)`` hears each stage ("base", "sweep",
+    "settled", "cycle", "generated", "decided", "report") as it passes."""
+    _ensure_base(store, publisher, config, on_event, check)
+    reports = []
+    for k in range(1, config.cycles + 1):
+        reports.append(_cycle(store, publisher, models, config, k, on_event, check))
+        on_event("report", reports[-1])
+    return reports
+
+
+def _ensure_base(store, publisher, config: EvolveConfig, on_event, check) -> None:
+    if q.active_benchmark(store) is not None:
+        return
+    if not config.base:
+        raise RequestRefused("nothing is promoted yet and no base scenario was given")
+    for scenario in config.base:
+        publisher.publish(base_candidate(scenario, config.run_id))
+    publisher.flush()
+    on_event("base", [s["scenario_id"] for s in config.base])
+    wanted = {s["scenario_id"] for s in config.base}
+    _wait(lambda: wanted <= set(q.active_scenarios(store)), config.stage_timeout_s, check,
+          lambda: f"the gate has not promoted the base scenarios {sorted(wanted - set(q.active_scenarios(store)))}")
+
+
+def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k: int, on_event, check) -> CycleReport:
+    started = time.monotonic()
+    spent_before = _episodes_spent(store)
+    benchmark = q.active_benchmark(store)
+    version = benchmark.version
+    seeds = list(range(config.sweep_seeds))
+    requests = [sweep_request(dict(a.spec), m, seeds, config.run_id) for a in benchmark.scenarios for m in models]
+    done = _ended_per_request(store, [r["request_id"] for r in requests])
+    for request in requests:
+        if done.get(request["request_id"], 0) < len(request["seeds"]):
+            publisher.publish(request)
+    publisher.flush()
+    on_event("sweep", {"version": version, "scenarios": len(benchmark.scenarios), "requests": len(requests)})
+    deadline = deadline_in(config.stage_timeout_s)
+    wait_for_episodes(store, requests, deadline, check=check)
+    settled = wait_until_settled(store, requests, deadline, check=check, fragile=config.fragile)
+    on_event("settled", settled)
+
+    cycle_id = f"{config.run_id}-c{k}"
+    position = q.cluster_log_length(store)
+    publisher.publish(make_event(
+        "CycleStarted", (cycle_id,), ORCHESTRATOR, config.run_id, cycle_id=cycle_id, cycle=k,
+        benchmark_version=version, clusters_position=position, generator=config.generator,
+        max_candidates=config.max_candidates, seed=int(stable_id("cycle", config.seed, k)[:12], 16),
+        models=[m.model_id for m in models]))
+    publisher.flush()
+    on_event("cycle", {"cycle_id": cycle_id, "clusters_position": position})
+
+    def answer():
+        return next((c for c in q.cycles(store) if c.cycle_id == cycle_id and c.answered), None)
+
+    _wait(lambda: answer() is not None, config.stage_timeout_s, check,
+          lambda: f"the mutator has not answered cycle {cycle_id} (no CandidatesGenerated in benchmark_cycles)")
+    generated = answer()
+    on_event("generated", generated)
+
+    def pending():
+        by_id = {c.scenario_id: c for c in q.candidates(store, cycle_id=cycle_id)}
+        return [sid for sid in generated.proposed if sid not in by_id or by_id[sid].status not in CYCLE_SETTLED]
+
+    _wait(lambda: not pending(), config.stage_timeout_s, check,
+          lambda: f"cycle {cycle_id}: the gate has not decided {', '.join(pending())} (their verdicts: "
+                  f"{_verdicts_of(store, pending())})")
+    _wait_quiet(store)
+    candidates = q.candidates(store, cycle_id=cycle_id)
+    decided: dict[str, int] = {}
+    for c in candidates:
+        decided[c.status] = decided.get(c.status, 0) + 1
+    after = q.active_benchmark(store)
+    made = [v for v in q.benchmark_versions(store) if v.version > version]
+    report = CycleReport(
+        cycle=k, cycle_id=cycle_id, version_before=version, version_after=after.version,
+        proposed=generated.proposed, infeasible=generated.infeasible, decided=decided,
+        promoted=tuple(s for v in made for s in v.promoted), retired=tuple(s for v in made for s in v.retired),
+        scores=tuple(q.pooled_scores(q.scores(store, version=after.version))),
+        rollouts=_episodes_spent(store) - spent_before, seconds=time.monotonic() - started)
+    on_event("decided", report)
+    return report
+
+
+def _episodes_spent(store: EvidenceStore) -> int:
+    return sum(r.ended_episodes for r in q.rollouts_spent(store))
+
+
+def _verdicts_of(store: EvidenceStore, scenario_ids: list[str]) -> str:
+    if not scenario_ids:
+        return "none"
+    by = defaultdict(list)
+    for v in q.verdicts(store, scenario_ids=scenario_ids):
+        by[v.scenario_id].append(f"{v.critic} {'ran' if v.ran else 'not run'}/{v.passed}")
+    return "; ".join(f"{sid}: {', '.join(by[sid]) or 'none yet'}" for sid in scenario_ids)
+
+
+def _wait(done: Callable[[], bool], timeout_s: float, check: Check | None, missing: Callable[[], str]) -> None:
+    deadline = deadline_in(timeout_s)
+    while not done():
+        if check is not None:
+            check()
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{missing()} after {timeout_s:.0f} s")
+        time.sleep(POLL_S)
+
+
+def _wait_quiet(store: EvidenceStore) -> None:
+    """Until the decisions table has not changed for QUIET_S (the gate's retirements land with its
+    promotions, a moment apart at most)."""
+    last, since = None, time.monotonic()
+    while True:
+        n = len(q.decisions(store))
+        if n != last:
+            last, since = n, time.monotonic()
+        elif time.monotonic() - since >= QUIET_S:
+            return
+        time.sleep(POLL_S)

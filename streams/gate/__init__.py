@@ -1,0 +1,2 @@
+"""The promotion gate: joins each candidate's critic verdicts and decides (Promoted, Rejected,
+Deferred, ReviewRequested), versions the benchmark, and retires saturated scenarios."""

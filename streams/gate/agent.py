@@ -1,0 +1,142 @@
+"""The promotion gate in the streams worker: reads the log, decides, publishes, one worker at a time.
+
+    register_gate(app, outputs, GateRunner(store_factory, codec, GateConfig(...)), tick_interval_s=1.0)
+
+Which worker decides: the one that holds the single partition of benchmark.decisions (the gate's
+own output topic, which also carries reviewers' ReviewDecided). A second worker in the group gets
+no partition and stands by; when the first dies, Kafka hands the partition over and the standby
+decides from the same log. The agent on that topic only wakes the gate (a review arrived); the
+timer runs the gate every ``tick_interval_s`` while this worker holds the partition.
+
+Each tick (in an executor: the store is blocking I/O): build GateState from the evidence log
+(consumers.benchmark_state), ask PromotionGate for the decisions it calls for, publish them, and
+then wait until the log shows them before deciding again, so the next benchmark version is
+counted from a log that holds the last one (read your own writes). Decisions are a function of the
+log, so deciding again after a crash re-derives the same events, which the evidence log counts once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+import faust
+from faust.types import TP
+
+from consumers import benchmark_state as q
+from consumers.evidence.store import EvidenceStore
+from schemas.catalog import BY_NAME
+from schemas.codec import Codec
+from schemas.events import utc_now
+from streams.deadletter import Outgoing
+from streams.gate.gate import ActiveScenario, Candidate, GateState, PromotionGate, Review, Verdict
+
+log = logging.getLogger("sepa.streams.gate")
+OUTPUT_TOPIC = "benchmark.decisions"
+
+
+def gate_state(store: EvidenceStore) -> GateState:
+    """What PromotionGate needs, read from the evidence log."""
+    benchmark = q.active_benchmark(store)
+    active = {a.scenario_id: ActiveScenario(a.scenario_id, dict(a.spec), a.factor, a.parent_scenario_id)
+              for a in (benchmark.scenarios if benchmark else ())}
+    candidates, verdicts = {}, {}
+    for c in q.candidates(store):
+        candidates[c.scenario_id] = Candidate(c.scenario_id, c.parent_scenario_id, dict(c.scenario), c.factor,
+                                              c.generator, c.cycle_id, c.source_cluster_id, c.event_id,
+                                              c.proposed_at)
+        latest: dict[str, Verdict] = {}
+        for v in sorted(c.verdicts, key=lambda v: (v.event_time, v.event_id)):
+            latest[v.critic] = Verdict(v.critic, v.ran, v.passed, v.score, v.reason, _json(v.evidence_json),
+                                       v.event_id, v.event_time)
+        verdicts[c.scenario_id] = latest
+    decided: dict[str, set[str]] = {}
+    deferred: dict[str, set[str]] = {}
+    reviews: dict[str, Review] = {}
+    for d in q.decisions(store):
+        decided.setdefault(d.scenario_id, set()).add(d.event_type)
+        if d.event_type == "Deferred":
+            deferred.setdefault(d.scenario_id, set()).add(d.reason)
+        elif d.event_type == "ReviewDecided":
+            reviews[d.scenario_id] = Review(d.approved, d.reviewer, d.note, d.event_id, d.event_time)
+    registered = tuple(m.model_id for m in q.models(store))
+    success = {(s.scenario_id, s.model_id): (s.successes, s.episodes)
+               for s in q.scores(store, model_ids=registered or None) if s.scenario_id in active}
+    return GateState(version=benchmark.version if benchmark else 0, candidates=candidates, verdicts=verdicts,
+                     decisions=decided, deferred_reasons=deferred, reviews=reviews, active=active, models=registered,
+                     success=success)
+
+
+def _json(text: str) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class GateRunner:
+    """One gate tick at a time, and the ids of its last decisions until the log shows them."""
+
+    def __init__(self, store_factory: Callable[[], EvidenceStore], codec: Codec, gate: PromotionGate,
+                 clock: Callable[[], datetime] = utc_now):
+        self.store_factory = store_factory
+        self.codec = codec
+        self.gate = gate
+        self.clock = clock
+        self.awaiting: set[str] = set()
+        self._store: EvidenceStore | None = None
+        self.stats = {"ticks": 0, "decisions": 0}
+
+    @property
+    def store(self) -> EvidenceStore:
+        if self._store is None:
+            self._store = self.store_factory()
+        return self._store
+
+    def tick(self) -> list[Outgoing]:
+        """The decisions to publish now (none while the last ones are not in the log yet)."""
+        self.stats["ticks"] += 1
+        if self.awaiting:
+            landed = {d.event_id for d in q.decisions(self.store)}
+            self.awaiting -= landed
+            if self.awaiting:
+                return []
+        events = self.gate.decide(gate_state(self.store), self.clock())
+        self.awaiting = {e["envelope"]["event_id"] for e in events}
+        self.stats["decisions"] += len(events)
+        for e in events:
+            log.info("%s %s: %s", e["envelope"]["event_type"], e["scenario_id"], e["reason"])
+        return [Outgoing(OUTPUT_TOPIC, e["scenario_id"].encode(), self.codec.encode(e)) for e in events]
+
+
+def register_gate(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
+                  runner: GateRunner, tick_interval_s: float, prefix: str) -> None:
+    owned = TP(BY_NAME[OUTPUT_TOPIC].full_name(prefix), 0)
+    lock = asyncio.Lock()
+
+    @app.agent(source, name="promotion-gate")
+    async def wake_on_reviews(stream):
+        async for _ in stream.events():
+            pass  # the timer decides; holding this partition is what makes this worker the gate
+
+    @app.timer(interval=tick_interval_s, name="promotion-gate-tick")
+    async def gate_tick():
+        try:
+            if owned not in app.consumer.assignment():
+                return
+        except Exception:  # the consumer is not started yet
+            return
+        if lock.locked():
+            return
+        async with lock:
+            try:
+                messages = await asyncio.get_running_loop().run_in_executor(None, runner.tick)
+            except Exception:
+                log.exception("gate tick failed; trying again at the next tick")
+                return
+            for m in messages:
+                await outputs[m.topic].send(key=m.key, value=m.value)

@@ -1,0 +1,316 @@
+"""The promotion gate's pure core: candidates and their critics' verdicts in, decisions out.
+
+    gate = PromotionGate(GateConfig(semantic_required=False))
+    decisions = gate.decide(state, now)     # Promoted / Rejected / Deferred / ReviewRequested / Retired dicts
+
+``state`` (GateState) is what the evidence log says: the candidates, their verdicts, the reviews,
+the active benchmark with its version, and the success counts per model x scenario. The gate keeps
+nothing between calls: every decision is a function of the log, so a restarted gate decides
+nothing twice (a decision already in the log takes its candidate out of ``pending``) and loses
+nothing (verdicts are in the log, not in the gate).
+
+The checks, in order (the seed system's gates, decided sequentially; the first that fails decides):
+
+1. robustness: the robustness critic's verdict (consumers/critics). Its evidence says whether the
+   candidate is solvable (the oracle solves it), reproducible (a model fails it reliably),
+   harder than its parent for some model (paired seeds) and discriminative (the models differ).
+   A rejection rejects; a verdict the sequential rule could not settle within its budget
+   ("undecided") is borderline and asks a person (ReviewRequested).
+2. safety: the safety critic's verdict; unsafe for the oracle rejects.
+3. semantic: the VLM judge, when one is configured (``semantic_required``). A judge that did not
+   really run (timeout, refusal, malformed reply: ``ran`` false) is missing evidence: Deferred,
+   re-tried when a verdict comes, never promoted without it. Without a judge configured the
+   decision records "semantic: not run".
+4. not redundant: an active scenario changing the same factor whose per-model success rates are
+   all within ``redundancy_tolerance`` of the candidate's measures the same thing.
+
+A verdict missing ``verdict_timeout_s`` after the candidate was proposed -> Deferred (once per
+reason). Candidates of one evolution cycle are decided together, in scenario-id order, once every
+one of them is ready, so the benchmark versions they get do not depend on which critic finished
+first. Every Promoted and Retired yields the next benchmark version. After promotions, active
+scenarios that every registered model passes (``retire_min_success`` over at least
+``retire_min_episodes``) are retired, as long as a scenario that still discriminates stays active.
+
+Event times come from the evidence a decision rests on (the latest verdict, or the candidate plus
+the timeout), so deciding the same log again yields byte-identical events.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from schemas.events import make_event
+from streams.exceptions import ConfigError
+
+GATE_VERSION = "gate/1.0"
+PRODUCER = "promotion-gate"
+ROBUSTNESS, SAFETY, SEMANTIC = "robustness", "safety", "semantic"
+TERMINAL = ("Promoted", "Rejected")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateConfig:
+    semantic_required: bool = False  # a VLM judge is configured: its verdict is required evidence
+    verdict_timeout_s: float = 1800.0  # a verdict missing this long after the proposal -> Deferred, s
+    redundancy_tolerance: float = 0.10  # per-model success rates this close to an active scenario's = redundant
+    retire_min_success: float = 0.90  # every registered model at or above this success rate ...
+    retire_min_episodes: int = 10  # ... over at least this many episodes each: saturated, retired
+    run_id: str = "gate"
+
+    def __post_init__(self) -> None:
+        for name in ("verdict_timeout_s", "redundancy_tolerance"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"GateConfig.{name} must be a finite number >= 0, got {value!r}")
+        if not 0.0 < self.retire_min_success <= 1.0:
+            raise ConfigError(f"GateConfig.retire_min_success must be in (0, 1], got {self.retire_min_success!r}")
+        if not isinstance(self.retire_min_episodes, int) or self.retire_min_episodes < 1:
+            raise ConfigError(f"GateConfig.retire_min_episodes must be an integer >= 1, "
+                              f"got {self.retire_min_episodes!r}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    scenario_id: str
+    parent_scenario_id: str
+    scenario: dict  # the ScenarioSpec record
+    factor: str
+    generator: str  # failure-guided | blind | composition | base
+    cycle_id: str
+    source_cluster_id: str | None
+    event_id: str  # of its CandidateProposed
+    proposed_at: datetime
+
+
+@dataclass(frozen=True)
+class Verdict:
+    critic: str
+    ran: bool
+    passed: bool | None
+    score: float | None
+    reason: str
+    evidence: dict
+    event_id: str
+    event_time: datetime
+
+
+@dataclass(frozen=True)
+class Review:
+    approved: bool
+    reviewer: str
+    note: str
+    event_id: str
+    event_time: datetime
+
+
+@dataclass(frozen=True)
+class ActiveScenario:
+    scenario_id: str
+    scenario: dict
+    factor: str
+    parent_scenario_id: str
+
+
+@dataclass
+class GateState:
+    """The log as the gate reads it (built by the agent from consumers.benchmark_state queries)."""
+
+    version: int  # the current benchmark version (0: nothing promoted yet)
+    candidates: dict[str, Candidate]
+    verdicts: dict[str, dict[str, Verdict]]  # scenario_id -> critic -> its latest verdict
+    decisions: dict[str, set[str]]  # scenario_id -> decision event types already in the log
+    deferred_reasons: dict[str, set[str]]  # scenario_id -> reasons already deferred for
+    reviews: dict[str, Review]  # scenario_id -> its ReviewDecided
+    active: dict[str, ActiveScenario]
+    models: tuple[str, ...]  # registered model ids (the oracle included)
+    success: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (scenario, model) -> (k, n)
+
+    def pending(self) -> list[Candidate]:
+        """Candidates with no terminal decision yet."""
+        return [c for c in self.candidates.values() if not self.decisions.get(c.scenario_id, set()) & set(TERMINAL)]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    kind: str  # Promoted | Rejected | Deferred | ReviewRequested | wait
+    reason: str
+    checks: dict
+    evidence: tuple[str, ...]
+    at: datetime | None
+
+
+class PromotionGate:
+    def __init__(self, config: GateConfig):
+        self.config = config
+
+    # -- entry point ------------------------------------------------------------------------
+
+    def decide(self, state: GateState, now: datetime) -> list[dict]:
+        """Every decision the log now calls for, in the order to publish them."""
+        out: list[dict] = []
+        version = state.version
+        promoted: list[str] = []
+        for batch in self._ready_batches(state, now):
+            for candidate, outcome in batch:
+                if outcome.kind == "Promoted":
+                    version += 1
+                    promoted.append(candidate.scenario_id)
+                out.append(self._event(candidate, outcome, version))
+        if promoted:
+            out += self._retirements(state, version, promoted, out)
+        return out
+
+    # -- per candidate ----------------------------------------------------------------------
+
+    def _ready_batches(self, state: GateState, now: datetime) -> list[list[tuple[Candidate, _Outcome]]]:
+        """Candidates grouped by cycle (oldest first); a cycle's group is returned only when every
+        one of its pending candidates has an outcome other than "wait"."""
+        by_cycle: dict[str, list[Candidate]] = {}
+        for c in state.pending():
+            by_cycle.setdefault(c.cycle_id or f"~{c.scenario_id}", []).append(c)
+        batches = []
+        for key in sorted(by_cycle, key=lambda k: (min(c.proposed_at for c in by_cycle[k]), k)):
+            outcomes = [(c, self._judge(state, c, now)) for c in sorted(by_cycle[key], key=lambda c: c.scenario_id)]
+            if any(o.kind == "wait" for _, o in outcomes):
+                continue
+            batch = [(c, o) for c, o in outcomes if not self._already(state, c, o)]
+            if batch:
+                batches.append(batch)
+        return batches
+
+    def _already(self, state: GateState, c: Candidate, o: _Outcome) -> bool:
+        done = state.decisions.get(c.scenario_id, set())
+        if o.kind == "Deferred":
+            return o.reason in state.deferred_reasons.get(c.scenario_id, set())
+        if o.kind == "ReviewRequested":
+            return "ReviewRequested" in done
+        return False
+
+    def _judge(self, state: GateState, c: Candidate, now: datetime) -> _Outcome:
+        if c.generator == "base":
+            return _Outcome("Promoted", "base benchmark scenario", {"base": True}, (c.event_id,), c.proposed_at)
+        review = state.reviews.get(c.scenario_id)
+        if review is not None and "ReviewRequested" in state.decisions.get(c.scenario_id, set()):
+            kind = "Promoted" if review.approved else "Rejected"
+            why = "approved" if review.approved else "rejected"
+            note = f": {review.note}" if review.note else ""
+            return _Outcome(kind, f"{why} in review by {review.reviewer}{note}",
+                            {"review": {"approved": review.approved}}, (c.event_id, review.event_id),
+                            review.event_time)
+        verdicts = state.verdicts.get(c.scenario_id, {})
+        checks: dict = {}
+        evidence: list[str] = [c.event_id]
+        deadline = c.proposed_at + timedelta(seconds=self.config.verdict_timeout_s)
+
+        def missing(critic: str) -> _Outcome:
+            if now < deadline:
+                return _Outcome("wait", "", checks, (), None)
+            return _Outcome("Deferred", f"{critic} verdict missing {self.config.verdict_timeout_s:.0f} s after the "
+                            "proposal", checks, tuple(evidence), deadline)
+
+        robust = verdicts.get(ROBUSTNESS)
+        if robust is None or not robust.ran:
+            return missing(ROBUSTNESS)
+        evidence.append(robust.event_id)
+        checks[ROBUSTNESS] = robust.evidence.get("checks", {})
+        decision = robust.evidence.get("decision")
+        if robust.passed is False:
+            return _Outcome("Rejected", f"robustness: {robust.reason}", checks, tuple(evidence), robust.event_time)
+        if decision == "undecided":
+            return _Outcome("ReviewRequested", f"borderline: {robust.reason}", checks, tuple(evidence),
+                            robust.event_time)
+        latest = robust.event_time
+
+        safety = verdicts.get(SAFETY)
+        if safety is None or not safety.ran:
+            return missing(SAFETY)
+        evidence.append(safety.event_id)
+        checks[SAFETY] = {"passed": safety.passed, "score": safety.score, "reason": safety.reason}
+        latest = max(latest, safety.event_time)
+        if safety.passed is False:
+            return _Outcome("Rejected", f"safety: {safety.reason}", checks, tuple(evidence), latest)
+
+        semantic = verdicts.get(SEMANTIC)
+        if self.config.semantic_required:
+            if semantic is None:
+                return missing(SEMANTIC)
+            evidence.append(semantic.event_id)
+            latest = max(latest, semantic.event_time)
+            checks[SEMANTIC] = {"ran": semantic.ran, "passed": semantic.passed, "score": semantic.score,
+                                "reason": semantic.reason}
+            if not semantic.ran:
+                # A judge that did not really run is missing evidence: deferred, never a pass.
+                return _Outcome("Deferred", f"semantic judge did not run: {semantic.reason}", checks,
+                                tuple(evidence), latest)
+            if semantic.passed is False:
+                return _Outcome("Rejected", f"semantic: {semantic.reason}", checks, tuple(evidence), latest)
+        else:
+            checks[SEMANTIC] = {"ran": False, "reason": "not run: no judge configured"}
+
+        twin = self._redundant_with(state, c, robust.evidence.get("per_model", {}))
+        checks["redundancy"] = {"tolerance": self.config.redundancy_tolerance, "twin": twin}
+        if twin is not None:
+            return _Outcome("Rejected", f"redundant with active scenario {twin} (same factor {c.factor!r}, every "
+                            f"model within {self.config.redundancy_tolerance:.0%})", checks, tuple(evidence), latest)
+        return _Outcome("Promoted", f"passed robustness, safety{', semantic' if self.config.semantic_required else ''}"
+                        " and redundancy checks", checks, tuple(evidence), latest)
+
+    def _redundant_with(self, state: GateState, c: Candidate, per_model: dict) -> str | None:
+        rates = {m: v["successes"] / v["n"] for m, v in per_model.items() if v.get("n")}
+        if not rates:
+            return None
+        for sid in sorted(state.active):
+            active = state.active[sid]
+            if active.factor != c.factor or sid == c.parent_scenario_id:
+                continue
+            other = {m: state.success[(sid, m)] for m in rates if (sid, m) in state.success}
+            if len(other) < len(rates):
+                continue
+            if all(abs(rates[m] - k / n) <= self.config.redundancy_tolerance for m, (k, n) in other.items() if n):
+                return sid
+        return None
+
+    # -- retirement -------------------------------------------------------------------------
+
+    def _retirements(self, state: GateState, version: int, promoted: list[str], decided: list[dict]) -> list[dict]:
+        cfg = self.config
+        models = state.models
+        retired = []
+        active = [sid for sid in sorted(state.active) if sid not in promoted]
+
+        def saturated(sid: str) -> bool:
+            counts = [state.success.get((sid, m)) for m in models]
+            return bool(models) and all(k is not None and k[1] >= cfg.retire_min_episodes
+                                        and k[0] / k[1] >= cfg.retire_min_success for k in counts)
+
+        # Promoted scenarios passed the discriminative check: they take the saturated ones' place.
+        for sid in active:
+            if not saturated(sid):
+                continue
+            version += 1
+            counts = {m: list(state.success[(sid, m)]) for m in models}
+            reason = (f"every registered model passes it (>= {cfg.retire_min_success:.0%} over >= "
+                      f"{cfg.retire_min_episodes} episodes); promoted {', '.join(promoted)} take its place")
+            at = max(e["envelope"]["event_time"] for e in decided if e["envelope"]["event_type"] == "Promoted")
+            retired.append(make_event("Retired", (sid, version), PRODUCER, cfg.run_id, event_time=at, scenario_id=sid,
+                                      reason=reason, evidence_event_ids=[], gate_version=GATE_VERSION,
+                                      checks_json=json.dumps({"success": counts}, sort_keys=True),
+                                      benchmark_version=version))
+        return retired
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _event(self, c: Candidate, o: _Outcome, version: int) -> dict:
+        common = {"scenario_id": c.scenario_id, "reason": o.reason, "evidence_event_ids": list(o.evidence),
+                  "gate_version": GATE_VERSION, "checks_json": json.dumps(o.checks, sort_keys=True, default=str)}
+        run_id = self.config.run_id
+        if o.kind == "Promoted":
+            return make_event("Promoted", (c.scenario_id, version), PRODUCER, run_id, event_time=o.at, **common,
+                              benchmark_version=version, scenario=c.scenario,
+                              parent_scenario_id=c.parent_scenario_id, source_cluster_id=c.source_cluster_id or "",
+                              factor=c.factor)
+        key = (c.scenario_id, o.reason) if o.kind == "Deferred" else (c.scenario_id,)
+        return make_event(o.kind, key, PRODUCER, run_id, event_time=o.at, **common)

@@ -1,0 +1,156 @@
+"""The mutator in the streams worker: one answer per evolution cycle.
+
+    runner = MutatorRunner(store_factory, codec, MutatorConfig(), check=check_feasibility)
+    register_mutator(app, cycles_topic, outputs, runner)
+
+The orchestrator opens a cycle with CycleStarted (benchmark.cycles: one partition, so one worker
+mutates at a time and in cycle order). The mutator answers it from the log: the failure clusters
+as they stood at the cycle's ``clusters_position`` (the latest ClusterUpdated of each cluster
+before it), the active benchmark at the cycle's version as the parents, and the cycle's seed.
+Failure-guided cycles draw operators from the clusters' failure types (streams/mutations/chooser.py),
+blind cycles the same operators with random parameters and no seed. Every candidate goes through
+the feasibility pre-check (producers/sim/feasibility.py); the feasible ones are published as
+CandidateProposed, and CandidatesGenerated records the seeds used, what was proposed and why the
+others were refused. Everything is a function of the log and the cycle, with the cycle's event
+time, so answering the same cycle again (a restart before the commit) publishes the same events;
+a cycle already answered in the log is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import faust
+
+from consumers import benchmark_state as q
+from consumers.evidence.store import EvidenceStore
+from producers.sim.exceptions import ScenarioError
+from producers.sim.scenario import ScenarioSpec
+from schemas.codec import Codec
+from schemas.events import make_event
+from streams.deadletter import Intake, Outgoing, RawMessage
+from streams.mutations.chooser import ChooserConfig, blind_candidates, guided_candidates, propose
+from streams.mutations.operators import MUTATOR_VERSION
+
+log = logging.getLogger("sepa.streams.mutations")
+PRODUCER = "mutator"
+BLIND = "blind"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MutatorConfig:
+    chooser: ChooserConfig = field(default_factory=ChooserConfig)
+    log_wait_s: float = 120.0  # how long to wait for the clusters up to the cycle's position to be in the log, s
+    run_id: str = "mutator"
+
+
+class MutatorRunner:
+    def __init__(self, store_factory: Callable[[], EvidenceStore], codec: Codec, config: MutatorConfig,
+                 check: Callable | None = None, topic_prefix: str = "sepa."):
+        self.store_factory = store_factory
+        self.codec = codec
+        self.config = config
+        self.check = check
+        self.intake = Intake(codec, PRODUCER, config.run_id)
+        self._store: EvidenceStore | None = None
+        self.stats = {"cycles": 0, "proposed": 0, "infeasible": 0}
+
+    @property
+    def store(self) -> EvidenceStore:
+        if self._store is None:
+            self._store = self.store_factory()
+        return self._store
+
+    def on_message(self, raw: RawMessage) -> list[Outgoing]:
+        event, dead = self.intake.admit(raw)
+        if dead is not None:
+            return [dead]
+        if event["envelope"]["event_type"] != "CycleStarted":
+            return []  # our own answers share the topic
+        try:
+            return [self._out(e) for e in self.answer(event)]
+        except Exception as exc:  # faust would ack and move on: answer, so the orchestrator is not left waiting
+            log.exception("cycle %s could not be answered", event["cycle_id"])
+            return [self._out(make_event(
+                "CandidatesGenerated", (event["cycle_id"],), PRODUCER, self.config.run_id,
+                event_time=event["envelope"]["event_time"], cycle_id=event["cycle_id"], generator=event["generator"],
+                seeds=[], proposed=[], infeasible={"(mutator)": f"{type(exc).__name__}: {exc}"},
+                mutator_version=MUTATOR_VERSION))]
+
+    def answer(self, cycle: dict) -> list[dict]:
+        """CandidateProposed events and the cycle's CandidatesGenerated (empty if answered before)."""
+        cycle_id = cycle["cycle_id"]
+        if any(c.cycle_id == cycle_id for c in q.cycles(self.store) if c.answered):
+            return []
+        self._wait_for_clusters(cycle["clusters_position"])
+        benchmark = q.active_benchmark(self.store, version=cycle["benchmark_version"])
+        parents: dict[str, ScenarioSpec] = {}
+        for a in benchmark.scenarios if benchmark else ():
+            try:
+                parents[a.scenario_id] = ScenarioSpec.from_dict(dict(a.spec))
+            except ScenarioError as exc:  # another benchmark's scenario: not ours to mutate here
+                log.info("cycle %s: not mutating %s: %s", cycle_id, a.scenario_id, exc)
+        exclude = set(parents) | {c.scenario_id for c in q.candidates(self.store)}
+        cfg = self.config.chooser
+        if cycle["generator"] == BLIND:
+            seeds: list[dict] = []
+            generated = blind_candidates(list(parents.values()), cycle["max_candidates"], cycle["seed"], cfg, exclude) \
+                if parents else None
+        else:
+            seeds = q.cluster_events(self.store, before_position=cycle["clusters_position"])
+            generated = guided_candidates(seeds, cycle["seed"], cfg, parents, exclude)
+        candidates = generated.candidates[:cycle["max_candidates"]] if generated else []
+        proposal = propose(candidates, self.check)
+        at = cycle["envelope"]["event_time"]
+        events = [make_event("CandidateProposed", (c.candidate.scenario_id,), PRODUCER, self.config.run_id,
+                             event_time=at, **c.candidate.event_fields(), cycle_id=cycle_id,
+                             feasibility_json=c.feasibility.to_json())
+                  for c in proposal.proposed]
+        infeasible = {c.candidate.scenario_id: c.feasibility.reason for c in proposal.infeasible}
+        skipped = {s.key: s.reason for s in (generated.skipped if generated else [])}
+        events.append(make_event(
+            "CandidatesGenerated", (cycle_id,), PRODUCER, self.config.run_id, event_time=at, cycle_id=cycle_id,
+            generator=cycle["generator"], seeds=sorted({c.candidate.source_cluster_id for c in proposal.proposed
+                                                        if c.candidate.source_cluster_id}),
+            proposed=[c.candidate.scenario_id for c in proposal.proposed], infeasible=infeasible,
+            mutator_version=MUTATOR_VERSION))
+        self.stats["cycles"] += 1
+        self.stats["proposed"] += len(proposal.proposed)
+        self.stats["infeasible"] += len(infeasible)
+        log.info("cycle %s (%s): %d proposed, %d infeasible, %d skipped draws, pre-check %.1f s", cycle_id,
+                 cycle["generator"], len(proposal.proposed), len(infeasible), len(skipped), proposal.cost_s)
+        return events
+
+    def _wait_for_clusters(self, position: int) -> None:
+        """The sink writes the clusterer's output a moment after it was published: wait until every
+        cluster event before ``position`` is in the log, so the cycle reads the state it names."""
+        deadline = time.monotonic() + self.config.log_wait_s
+        while q.cluster_log_length(self.store) < position:
+            if time.monotonic() > deadline:
+                log.warning("cluster events up to position %d are not all in the log after %.0f s; mutating "
+                            "from what is there", position, self.config.log_wait_s)
+                return
+            time.sleep(0.2)
+
+    def _out(self, event: dict) -> Outgoing:
+        topic = "benchmark.cycles" if event["envelope"]["event_type"] == "CandidatesGenerated" \
+            else "scenarios.candidates"
+        key = event["cycle_id"] if topic == "benchmark.cycles" else event["scenario_id"]
+        return Outgoing(topic, key.encode(), self.codec.encode(event))
+
+
+def register_mutator(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
+                     runner: MutatorRunner) -> None:
+    from streams.failures.agents import raw_message
+
+    @app.agent(source, name="mutator")
+    async def mutate(stream):
+        loop = asyncio.get_running_loop()
+        async for event in stream.events():  # acknowledged after its answer was handed to the producer
+            messages = await loop.run_in_executor(None, runner.on_message, raw_message(event))
+            for m in messages:
+                await outputs[m.topic].send(key=m.key, value=m.value)

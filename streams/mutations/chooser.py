@@ -1,0 +1,318 @@
+"""Which operators to apply: failure-guided from the clusters, blind for the baseline arm,
+compositions of promoted factors; and the feasibility pre-check before anything is proposed.
+
+    config = ChooserConfig()
+    cands = guided_candidates(cluster_events, seed=7, config=config, parents=active_by_id)
+    cands = blind_candidates(active_specs, n=6, seed=7, config=config)
+    cand = compose(base, [(promoted_a, parent_a), (promoted_b, parent_b)])
+    proposal = propose(cands)            # Proposal: proposed and infeasible, each with its result
+    proposal.proposed[0].feasibility.to_json()
+    proposal = propose_guided(cluster_events, seed=7, parents=active_by_id)   # both steps at once
+
+Failure-guided: for each live cluster (size > 0; largest first, at most ``max_clusters``) the
+operator is drawn from the cluster's root failure types (the first moment of its episodes; the
+types of all moments when no root types are given; the dominant type as the last resort) through
+FAILURE_OPERATORS, except with probability ``exploration``, when it is drawn uniformly from every
+operator (``params["chosen_by"]`` says "failure:<type>" or "exploration"). The parent is the
+cluster's representative scenario, else its most frequent scenario in ``parents``.
+
+Blind: the same operators with their blind parameter ranges, no cluster, an operator drawn
+uniformly, parents drawn uniformly from the given scenarios.
+
+Deterministic: every draw comes from operators.rng_for(seed, arm, cluster or parent, index), so
+the same inputs and seed give the same candidates, in the same order. A candidate identical to its
+parent or to an earlier candidate is dropped; an operator that has nothing to change (a time
+budget already at its floor) is skipped and the next draw tried, up to ``max_attempts`` draws per
+wanted candidate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from producers.sim.scenario import ScenarioSpec
+from streams.mutations.exceptions import CompositionError, OperatorError, SeedError
+from streams.mutations.operators import OPERATORS, Candidate, FailureSeed, OperatorConfig, rng_for
+
+# Failure type -> the operators that make that failure more likely (issue 10 section 1).
+FAILURE_OPERATORS: dict[str, tuple[str, ...]] = {
+    "slip": ("material",),
+    "drop": ("material",),
+    "excessive_force": ("material",),
+    "knocked_object": ("distractor",),
+    "collision": ("distractor",),
+    "wrong_object": ("distractor",),
+    "grasp_miss": ("pose",),
+    "out_of_reach": ("pose",),
+    "joint_limit": ("pose",),
+    "timeout": ("time_budget", "horizon_extension"),
+    "stall": ("time_budget", "horizon_extension"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChooserConfig:
+    """exploration: share of guided draws that ignore the failure types. candidates_per_cluster,
+    max_clusters: how many guided candidates per cycle. max_attempts: draws per wanted candidate
+    before giving up on it."""
+
+    exploration: float = 0.2
+    # what exploration draws from (e.g. without "paraphrase" when no model reads instructions)
+    exploration_operators: tuple[str, ...] = tuple(sorted(OPERATORS))
+    candidates_per_cluster: int = 3
+    max_clusters: int = 4
+    max_attempts: int = 4
+    operators: OperatorConfig = field(default_factory=OperatorConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.exploration, bool) or not isinstance(self.exploration, (int, float)) \
+                or not 0.0 <= self.exploration <= 1.0:
+            raise ValueError(f"ChooserConfig.exploration must be in [0, 1], got {self.exploration!r}")
+        unknown = set(self.exploration_operators) - set(OPERATORS)
+        if unknown or not self.exploration_operators:
+            raise ValueError(f"ChooserConfig.exploration_operators must be some of {sorted(OPERATORS)}, "
+                             f"got {self.exploration_operators!r}")
+        for name in ("candidates_per_cluster", "max_clusters", "max_attempts"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"ChooserConfig.{name} must be a positive integer, got {v!r}")
+
+
+def operator_weights(seed: FailureSeed) -> dict[str, float]:
+    """Operator -> weight from the cluster's failure types (each type's share split evenly over
+    its operators); empty when none of its types maps to an operator."""
+    types = seed.root_types or seed.failure_types or ({seed.dominant_failure_type: 1.0}
+                                                      if seed.dominant_failure_type else {})
+    weights: dict[str, float] = {}
+    for kind in sorted(types):
+        ops = FAILURE_OPERATORS.get(kind, ())
+        for op in ops:
+            weights[op] = weights.get(op, 0.0) + types[kind] / len(ops)
+    return {op: w for op, w in weights.items() if w > 0}
+
+
+def _choose(seed: FailureSeed, rng, config: ChooserConfig) -> tuple[str, str]:
+    weights = operator_weights(seed)
+    explore = float(rng.random()) < config.exploration
+    if explore or not weights:
+        names = sorted(config.exploration_operators)
+        return names[int(rng.integers(len(names)))], "exploration"
+    names = sorted(weights)
+    total = sum(weights[n] for n in names)
+    op = names[int(rng.choice(len(names), p=[weights[n] / total for n in names]))]
+    types = seed.root_types or seed.failure_types or {seed.dominant_failure_type: 1.0}
+    cause = max((t for t in types if op in FAILURE_OPERATORS.get(t, ())), key=lambda t: (types[t], t))
+    return op, f"failure:{cause}"
+
+
+def _parent_of(seed: FailureSeed, parents: Mapping[str, ScenarioSpec]) -> ScenarioSpec:
+    if seed.representative_scenario is not None:
+        return seed.representative_scenario
+    for sid, _ in sorted(seed.scenario_counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if sid in parents:
+            return parents[sid]
+    raise SeedError(f"cluster {seed.cluster_id}: no representative scenario and none of its scenarios "
+                    f"{sorted(seed.scenario_counts)} is among the {len(parents)} known parents")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A cluster or draw that produced no candidate, and why."""
+
+    key: str
+    reason: str
+
+
+@dataclass
+class Generated:
+    candidates: list[Candidate]
+    skipped: list[Skipped]
+
+
+class _Collector:
+    def __init__(self, exclude: Iterable[str] = ()):
+        self.seen = set(exclude)
+        self.out: list[Candidate] = []
+        self.skipped: list[Skipped] = []
+
+    def add(self, cand: Candidate) -> bool:
+        if cand.spec.scenario_id == cand.parent.scenario_id or cand.spec.scenario_id in self.seen:
+            return False
+        self.seen.add(cand.spec.scenario_id)
+        self.out.append(cand)
+        return True
+
+
+def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed: int,
+                      config: ChooserConfig | None = None, parents: Mapping[str, ScenarioSpec] | None = None,
+                      exclude: Iterable[str] = ()) -> Generated:
+    """Failure-guided candidates from ClusterUpdated dicts (or FailureSeeds). ``exclude``:
+    scenario ids not to propose again (the active benchmark, earlier candidates)."""
+    cfg = config or ChooserConfig()
+    parents = parents or {}
+    col = _Collector(exclude)
+    seeds: list[FailureSeed] = []
+    for c in clusters:
+        try:
+            seeds.append(c if isinstance(c, FailureSeed) else FailureSeed.from_event(c))
+        except SeedError as exc:
+            cid = c.get("cluster_id") if isinstance(c, Mapping) else None
+            col.skipped.append(Skipped(f"cluster {cid}", str(exc)))
+    latest: dict[str, FailureSeed] = {}
+    for s in seeds:  # the latest revision of each cluster
+        if s.cluster_id not in latest or s.revision >= latest[s.cluster_id].revision:
+            latest[s.cluster_id] = s
+    live = sorted((s for s in latest.values() if s.size > 0), key=lambda s: (-s.size, s.cluster_id))
+    for s in live[:cfg.max_clusters]:
+        try:
+            parent = _parent_of(s, parents)
+        except SeedError as exc:
+            col.skipped.append(Skipped(f"cluster {s.cluster_id}", str(exc)))
+            continue
+        for i in range(cfg.candidates_per_cluster):
+            _draw(col, f"cluster {s.cluster_id} #{i}", cfg,
+                  lambda a, s=s, i=i: rng_for(seed, "guided", s.cluster_id, i, a),
+                  lambda rng, s=s: _choose(s, rng, cfg), parent, s)
+    return Generated(col.out, col.skipped)
+
+
+def blind_candidates(parents: Sequence[ScenarioSpec], n: int, seed: int, config: ChooserConfig | None = None,
+                     exclude: Iterable[str] = ()) -> Generated:
+    """``n`` blind candidates: operator and parent drawn uniformly, blind parameter ranges."""
+    cfg = config or ChooserConfig()
+    if not parents:
+        raise OperatorError("blind_candidates needs at least one parent scenario")
+    ordered = sorted(parents, key=lambda p: p.scenario_id)
+    names = sorted(OPERATORS)
+    col = _Collector(exclude)
+    for i in range(n):
+        def choose(rng):
+            return names[int(rng.integers(len(names)))], "blind"
+        pick = rng_for(seed, "blind-parent", i)
+        parent = ordered[int(pick.integers(len(ordered)))]
+        _draw(col, f"blind #{i}", cfg, lambda a, i=i: rng_for(seed, "blind", i, a), choose, parent, None)
+    return Generated(col.out, col.skipped)
+
+
+def _draw(col: _Collector, key: str, cfg: ChooserConfig, rng_at: Callable[[int], Any],
+          choose: Callable[[Any], tuple[str, str]], parent: ScenarioSpec, seed: FailureSeed | None) -> None:
+    reasons = []
+    for attempt in range(cfg.max_attempts):
+        rng = rng_at(attempt)
+        op, why = choose(rng)
+        try:
+            cand = OPERATORS[op](parent, seed, rng, cfg.operators)
+        except OperatorError as exc:
+            reasons.append(str(exc))
+            continue
+        cand = Candidate(spec=cand.spec, parent=cand.parent, operator=cand.operator, factor=cand.factor,
+                         params={**cand.params, "chosen_by": why, "attempt": str(attempt)},
+                         generator=cand.generator, source_cluster_id=cand.source_cluster_id)
+        if col.add(cand):
+            return
+        reasons.append(f"{op} repeated an existing scenario ({cand.spec.scenario_id})")
+    col.skipped.append(Skipped(key, "; ".join(reasons) or "no draw"))
+
+
+# -- compositions -------------------------------------------------------------------------------
+
+_COMPOSABLE = ("placement_x_range", "placement_y_range", "pose_offset_xyz", "object_friction", "object_mass",
+               "object_rgba", "object_size_scale", "distractors", "instruction", "horizon", "success_hold_steps",
+               "place_target_xy")
+
+
+def _diff(child: ScenarioSpec, parent: ScenarioSpec) -> dict[str, Any]:
+    return {f: getattr(child, f) for f in _COMPOSABLE if getattr(child, f) != getattr(parent, f)}
+
+
+def compose(base: ScenarioSpec, promoted: Sequence[tuple[ScenarioSpec, ScenarioSpec]]) -> Candidate:
+    """One scenario carrying the changes of several promoted single-factor scenarios, each given
+    with its parent, onto ``base`` (their common parent): factor "composition", params naming the
+    parents. Refuses fewer than two, other parents than ``base``, and two that set one field
+    differently (distractors are concatenated; a hold's horizon and a time budget conflict)."""
+    if len(promoted) < 2:
+        raise CompositionError(f"a composition needs at least two promoted scenarios, got {len(promoted)}")
+    changes: dict[str, Any] = {}
+    names = []
+    for child, parent in promoted:
+        if parent.scenario_id != base.scenario_id:
+            raise CompositionError(f"{child.scenario_id} was mutated from {parent.scenario_id}, not from the base "
+                                   f"{base.scenario_id}")
+        diff = _diff(child, parent)
+        if not diff:
+            raise CompositionError(f"{child.scenario_id} changes nothing against its parent")
+        for f, v in diff.items():
+            if f == "distractors":
+                v = changes.get(f, base.distractors) + v[len(base.distractors):]
+            elif f in changes and changes[f] != v:
+                raise CompositionError(f"{child.scenario_id} sets {f} to {v!r}, another promoted scenario to "
+                                       f"{changes[f]!r}")
+            changes[f] = v
+        names.append(child.scenario_id)
+    try:
+        spec = base.mutate(**changes)
+    except ValueError as exc:
+        raise CompositionError(f"the composition of {names} is not a valid scenario: {exc}") from exc
+    return Candidate(spec=spec, parent=base, operator="composition", factor="composition",
+                     params={"parents": ",".join(names), "fields": ",".join(sorted(changes))},
+                     generator="composition")
+
+
+# -- feasibility before proposing ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Checked:
+    candidate: Candidate
+    feasibility: Any  # producers.sim.feasibility.FeasibilityResult
+
+
+@dataclass
+class Proposal:
+    """``proposed``: feasible candidates, ``infeasible``: the rest with the reason in their
+    result; ``cost_s``: wall time of all checks."""
+
+    proposed: list[Checked]
+    infeasible: list[Checked]
+    cost_s: float
+    skipped: list[Skipped] = field(default_factory=list)  # draws that made no candidate
+
+    @property
+    def mean_check_s(self) -> float:
+        n = len(self.proposed) + len(self.infeasible)
+        return self.cost_s / n if n else math.nan
+
+
+def propose(candidates: Sequence[Candidate], check: Callable[[ScenarioSpec], Any] | None = None) -> Proposal:
+    """Runs the feasibility pre-check on every candidate (default
+    producers.sim.feasibility.check_feasibility) and splits them."""
+    if check is None:
+        from producers.sim.feasibility import check_feasibility as check  # the simulator, only when used
+    t0 = time.perf_counter()
+    ok, bad = [], []
+    for cand in candidates:
+        result = check(cand.spec)
+        (ok if result.feasible else bad).append(Checked(cand, result))
+    return Proposal(ok, bad, time.perf_counter() - t0)
+
+
+def propose_guided(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed: int,
+                   config: ChooserConfig | None = None, parents: Mapping[str, ScenarioSpec] | None = None,
+                   exclude: Iterable[str] = (), check: Callable[[ScenarioSpec], Any] | None = None) -> Proposal:
+    """guided_candidates(), then propose(): what a cycle's failure-guided arm proposes."""
+    generated = guided_candidates(clusters, seed, config, parents, exclude)
+    proposal = propose(generated.candidates, check)
+    proposal.skipped = generated.skipped
+    return proposal
+
+
+def propose_blind(parents: Sequence[ScenarioSpec], n: int, seed: int, config: ChooserConfig | None = None,
+                  exclude: Iterable[str] = (), check: Callable[[ScenarioSpec], Any] | None = None) -> Proposal:
+    """blind_candidates(), then propose(): what a cycle's blind arm proposes."""
+    generated = blind_candidates(parents, n, seed, config, exclude)
+    proposal = propose(generated.candidates, check)
+    proposal.skipped = generated.skipped
+    return proposal

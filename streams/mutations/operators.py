@@ -1,0 +1,528 @@
+"""Mutation operators: from a failure seed and a parent scenario, a child scenario that changes
+exactly one factor, with the parameters that made it.
+
+    seed = FailureSeed.from_event(cluster_updated)      # a ClusterUpdated dict; None: the blind arm
+    rng = rng_for(7, "guided", seed.cluster_id, 0)       # numpy Generator from a stable seed
+    cand = OPERATORS["material"](parent, seed, rng, OperatorConfig())
+    cand.spec, cand.factor, cand.params                  # child ScenarioSpec, "friction", {...}
+    cand.event_fields()                                  # CandidateProposed fields (no envelope)
+
+Pure: no broker, no simulator (the feasibility pre-check is the chooser's next step). Same
+parent, seed and generator state -> the same candidate. Every generated number is rounded
+(``ROUND_DIGITS``) so ids and params read cleanly.
+
+Operators (name -> factors it may change):
+- ``pose`` -> placement | pose: moves where the target starts further away from the gripper's
+  start, beyond where the cluster's failing episodes had their object (site object_x/y minus
+  object_dx/dy = the object's start, relative to the placement reference): along the line from
+  the gripper's start through that point, turned by up to ``guided_pose_spread_rad``; a narrow
+  placement range there, or a pose offset by that much. Perception degrades with distance
+  (Skill.range_noise_per_m) and misses grow with it; the pre-check drops what the arm cannot
+  reach.
+- ``material`` -> friction | mass | colour: a lower sliding friction (the env gives the object
+  OBJECT_GEOM_PRIORITY so it wins over the finger pads' friction 2), a heavier object, or another
+  colour (colour and the instruction change nothing for the scripted policies, which see poses,
+  not pixels or words: they are for vision-language policies and the semantic critic).
+- ``distractor`` -> distractors: one more free body in the path the failing episodes took: on
+  the line from where the hand was at the failure (site eef_x/y; the gripper's start pose when
+  that was above the object) to the object, just clear of the object's footprint.
+- ``paraphrase`` -> instruction: an OpenAI-compatible chat model when a client is configured,
+  else a deterministic template; ``params["paraphraser"]`` says which ("llm" or "template") and
+  an LLM failure falls back to a template with the reason recorded.
+- ``horizon_extension`` -> hold | place: a longer, multi-stage variant of the task, not a bigger
+  step limit: lift and hold (``success_hold_steps``, the horizon extended by the hold so that
+  holding, not speed, is what is tested) or, Lift only, lift then place at a target.
+- ``time_budget`` -> time_budget: a smaller horizon (for timeout clusters: make slow worse).
+
+With a seed (failure-guided) each operator draws from its ``guided_*`` ranges of OperatorConfig,
+centred on the failure; without one (the blind arm) from its ``blind_*`` ranges, which span what a
+ScenarioSpec allows. The guided ranges come from the calibration in producers/sim/bench.py
+(--calibrate): where the registered models' success falls off while the oracle's does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from producers.sim.scenario import (
+    DISTRACTOR_KINDS,
+    GRIPPER_START_XY,
+    MAX_DISTRACTOR_ABS_M,
+    MAX_HORIZON,
+    MAX_PLACEMENT_ABS_M,
+    MAX_POSE_OFFSET_ABS_M,
+    MAX_SUCCESS_HOLD_STEPS,
+    OBJECT_GEOM_PRIORITY,
+    PLACEMENT_REFERENCE_XY,
+    Distractor,
+    ScenarioError,
+    ScenarioSpec,
+)
+from streams.mutations.exceptions import OperatorError, SeedError
+
+MUTATOR_VERSION = "1"
+ROUND_DIGITS = 4  # 0.1 mm, 0.1 g, 1e-4 of a friction coefficient
+GENERATORS = ("failure-guided", "blind", "composition", "base")
+FACTORS = ("placement", "pose", "friction", "mass", "colour", "distractors", "instruction", "horizon", "hold",
+           "place", "time_budget", "composition")
+# Conservative horizontal half-extent of a task object (the Lift cube's half-diagonal is 0.03 m).
+OBJECT_RADIUS_M = 0.03
+# A hand closer than this (horizontally) to the object at the failure was above it: no path there.
+MIN_PATH_M = 0.03
+
+
+def rng_for(seed: int, *keys: Any) -> np.random.Generator:
+    """A numpy Generator from a stable seed: sha256 of (seed, keys) as JSON, so the same seed and
+    keys give the same stream in any process and Python version."""
+    digest = hashlib.sha256(json.dumps([seed, *keys], sort_keys=True, default=str).encode()).digest()
+    return np.random.default_rng(np.frombuffer(digest[:16], dtype=np.uint32).tolist())
+
+
+def _r(v: float) -> float:
+    return round(float(v), ROUND_DIGITS)
+
+
+def _s(v: Any) -> str:
+    """A parameter as a string: numbers rounded, sequences as JSON."""
+    if isinstance(v, (list, tuple)):
+        return json.dumps([_r(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v])
+    if isinstance(v, float):
+        return repr(_r(v))
+    return str(v)
+
+
+# -- the failure seed ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FailureSeed:
+    """What a mutator uses of one ClusterUpdated event."""
+
+    cluster_id: str
+    size: int
+    revision: int
+    dominant_failure_type: str
+    failure_types: dict[str, float]
+    root_types: dict[str, float]
+    site: dict[str, float]
+    scenario_counts: dict[str, int]
+    representative_scenario: ScenarioSpec | None
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> FailureSeed:
+        """From a ClusterUpdated dict; refuses one without a cluster id or with malformed maps."""
+        if not isinstance(event, Mapping):
+            raise SeedError(f"a failure seed must be a ClusterUpdated mapping, got {type(event).__name__}")
+        cid = event.get("cluster_id")
+        if not isinstance(cid, str) or not cid:
+            raise SeedError(f"ClusterUpdated without a cluster_id: {cid!r}")
+
+        def num_map(name: str, kind: type = float) -> dict:
+            raw = event.get(name) or {}
+            if not isinstance(raw, Mapping):
+                raise SeedError(f"cluster {cid}: {name} must be a map, got {raw!r}")
+            out = {}
+            for k, v in raw.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise SeedError(f"cluster {cid}: {name}[{k!r}] must be a finite number, got {v!r}")
+                out[str(k)] = kind(v)
+            return out
+
+        counts = {}
+        for name in ("size", "revision"):
+            v = event.get(name, 0) or 0
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SeedError(f"cluster {cid}: {name} must be a non-negative integer, got {v!r}")
+            counts[name] = v
+        rep = event.get("representative_scenario") or {}
+        spec = None
+        if isinstance(rep, Mapping) and rep.get("env_name"):
+            try:
+                spec = ScenarioSpec.from_dict(dict(rep))
+            except ScenarioError as exc:
+                raise SeedError(f"cluster {cid}: representative_scenario is not a usable scenario: {exc}") from exc
+        return cls(cluster_id=cid, size=counts["size"], revision=counts["revision"],
+                   dominant_failure_type=str(event.get("dominant_failure_type", "") or ""),
+                   failure_types=num_map("failure_types"), root_types=num_map("root_types"),
+                   site=num_map("site"), scenario_counts=num_map("scenario_counts", int),
+                   representative_scenario=spec)
+
+    def _xy(self, prefix: str, env_name: str) -> np.ndarray | None:
+        x, y = self.site.get(f"{prefix}_x"), self.site.get(f"{prefix}_y")
+        if x is None or y is None:
+            return None
+        return np.array([x, y]) - np.asarray(PLACEMENT_REFERENCE_XY[env_name])
+
+    def object_xy(self, env_name: str) -> np.ndarray | None:
+        """Where the target was at the failures, relative to the placement reference."""
+        return self._xy("object", env_name)
+
+    def object_start_xy(self, env_name: str) -> np.ndarray | None:
+        """Where the target started in the failing episodes (object position minus its offset)."""
+        at = self.object_xy(env_name)
+        if at is None:
+            return None
+        return at - np.array([self.site.get("object_dx", 0.0), self.site.get("object_dy", 0.0)])
+
+    def eef_xy(self, env_name: str) -> np.ndarray | None:
+        """Where the hand was at the failures, relative to the placement reference."""
+        return self._xy("eef", env_name)
+
+
+# -- candidates ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Candidate:
+    """A child scenario and how it was made. ``params``: strings (CandidateProposed.params)."""
+
+    spec: ScenarioSpec
+    parent: ScenarioSpec
+    operator: str
+    factor: str
+    params: dict[str, str]
+    generator: str
+    source_cluster_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.factor not in FACTORS:
+            raise OperatorError(f"factor must be one of {FACTORS}, got {self.factor!r}")
+        if self.generator not in GENERATORS:
+            raise OperatorError(f"generator must be one of {GENERATORS}, got {self.generator!r}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.params.items()):
+            raise OperatorError(f"params must map strings to strings, got {self.params!r}")
+
+    @property
+    def scenario_id(self) -> str:
+        return self.spec.scenario_id
+
+    def event_fields(self) -> dict[str, Any]:
+        """CandidateProposed fields but envelope, cycle_id and feasibility_json."""
+        return {"scenario_id": self.spec.scenario_id, "parent_scenario_id": self.parent.scenario_id,
+                "operator": self.operator, "params": dict(self.params), "source_cluster_id": self.source_cluster_id,
+                "scenario": self.spec.to_dict(), "mutator_version": MUTATOR_VERSION, "factor": self.factor,
+                "generator": self.generator}
+
+
+# -- paraphrasers -------------------------------------------------------------------------------
+
+class Paraphraser(Protocol):
+    def paraphrase(self, spec: ScenarioSpec, rng: np.random.Generator) -> tuple[str, dict[str, str]]:
+        """(new instruction, params saying how it was made)."""
+
+
+_TEMPLATES = {
+    "lift": ("pick up the cube", "lift the cube off the table", "grasp the cube and raise it",
+             "raise the block above the table", "take hold of the cube and lift it up"),
+    "hold": ("lift the cube and hold it up", "pick up the cube and keep it in the air",
+             "raise the cube and hold it steady"),
+    "place": ("pick up the cube and put it down at the marked spot", "lift the cube and place it at the target",
+              "move the cube to the target spot on the table"),
+    "Stack": ("stack the red cube on the green cube", "put the red block on top of the green one",
+              "place the red cube onto the green cube"),
+    "PickPlaceCan": ("put the can in its bin", "move the can into the other bin",
+                     "pick up the can and drop it in its bin"),
+}
+
+
+def _task_kind(spec: ScenarioSpec) -> str:
+    if spec.env_name != "Lift":
+        return spec.env_name
+    if spec.place_target_xy is not None:
+        return "place"
+    return "hold" if spec.success_hold_steps else "lift"
+
+
+class TemplateParaphraser:
+    """A template for the task, never the parent's own wording. Deterministic given the rng."""
+
+    def paraphrase(self, spec: ScenarioSpec, rng: np.random.Generator) -> tuple[str, dict[str, str]]:
+        kind = _task_kind(spec)
+        options = [t for t in _TEMPLATES[kind] if t != spec.instruction.strip().lower()]
+        i = int(rng.integers(len(options)))
+        return options[i], {"paraphraser": "template", "template": f"{kind}:{_TEMPLATES[kind].index(options[i])}"}
+
+
+@dataclass
+class LLMParaphraser:
+    """Paraphrases with an OpenAI-compatible chat model through an ``openai`` client (built at the
+    edge and passed in). A failed, empty, overlong or unchanged answer falls back to the template,
+    with ``llm_error`` saying why. Models are not deterministic: the candidate records the
+    requested and served model so a difference between runs can be traced."""
+
+    client: Any
+    model: str
+    timeout_s: float = 20.0
+    max_chars: int = 200
+    fallback: TemplateParaphraser = field(default_factory=TemplateParaphraser)
+
+    PROMPT = ("Rewrite this instruction for a robot arm in different words, keeping exactly its meaning. "
+              "Answer with the rewritten instruction only, one sentence, no quotes.")
+
+    def paraphrase(self, spec: ScenarioSpec, rng: np.random.Generator) -> tuple[str, dict[str, str]]:
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.model, temperature=0, max_tokens=60, timeout=self.timeout_s,
+                messages=[{"role": "system", "content": self.PROMPT}, {"role": "user", "content": spec.instruction}])
+            choice = reply.choices[0]
+            text = (choice.message.content or "").strip().strip('"').strip()
+            error = None
+            if not text:
+                error = "empty answer"
+            elif len(text) > self.max_chars:
+                error = f"answer of {len(text)} characters (> {self.max_chars})"
+            elif text.lower() == spec.instruction.strip().lower():
+                error = "answer repeats the instruction"
+            if error is None:
+                return text, {"paraphraser": "llm", "model": self.model, "served_model": str(reply.model),
+                              "finish_reason": str(choice.finish_reason)}
+        except Exception as exc:  # any client failure is recorded, never raised into the mutator
+            error = f"{type(exc).__name__}: {exc}"
+        text, params = self.fallback.paraphrase(spec, rng)
+        return text, {**params, "llm_model": self.model, "llm_error": error[:200]}
+
+
+# -- operator configuration ---------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorConfig:
+    """Parameter ranges (lo, hi) of the operators: ``guided_*`` with a failure seed, ``blind_*``
+    without. Lengths in metres, masses in kg, horizons in control steps (20 Hz)."""
+
+    # pose: how much further out than the failures' start, how far the direction may turn from
+    # the line gripper start -> failures, the placement range's half width
+    guided_pose_push_m: tuple[float, float] = (0.1, 0.2)
+    guided_pose_spread_rad: float = 1.0
+    guided_placement_half_width_m: tuple[float, float] = (0.005, 0.02)
+    blind_placement_abs_m: float = 0.3
+    blind_placement_half_width_m: tuple[float, float] = (0.0, 0.05)
+    blind_pose_offset_abs_m: float = 0.15
+    # material: variant weights (friction, mass, colour), log-uniform friction, uniform mass
+    guided_material_weights: tuple[float, float, float] = (0.5, 0.4, 0.1)
+    # (the oracle lifts the cube at friction 0.02 on 24/24 seeds and at 0.018 on none: a cliff)
+    guided_friction: tuple[float, float] = (0.021, 0.04)
+    guided_mass_kg: tuple[float, float] = (4.5, 6.5)
+    blind_friction: tuple[float, float] = (0.005, 2.0)
+    blind_mass_kg: tuple[float, float] = (0.02, 15.0)
+    # distractor: size (half-size / radius), clearance beyond the two footprints
+    guided_distractor_size_m: tuple[float, float] = (0.015, 0.03)
+    guided_distractor_clearance_m: tuple[float, float] = (0.005, 0.03)
+    blind_distractor_size_m: tuple[float, float] = (0.005, 0.08)
+    blind_distractor_abs_m: float = 0.3
+    # horizon extension: hold steps; place target distance from the object's start
+    guided_hold_steps: tuple[int, int] = (40, 120)
+    blind_hold_steps: tuple[int, int] = (1, 400)
+    guided_place_distance_m: tuple[float, float] = (0.1, 0.2)
+    blind_place_abs_m: float = 0.35
+    # time budget: fraction of the parent's horizon, and a floor (the oracle needs 45-60 steps
+    # to lift on base Lift, see the calibration)
+    guided_time_fraction: tuple[float, float] = (0.3, 0.45)
+    blind_time_fraction: tuple[float, float] = (0.1, 0.9)
+    min_time_budget_steps: int = 60
+    paraphraser: Paraphraser = field(default_factory=TemplateParaphraser)
+
+
+def _uniform(rng: np.random.Generator, lo_hi: tuple[float, float]) -> float:
+    return float(rng.uniform(lo_hi[0], lo_hi[1]))
+
+
+def _log_uniform(rng: np.random.Generator, lo_hi: tuple[float, float]) -> float:
+    return float(math.exp(rng.uniform(math.log(lo_hi[0]), math.log(lo_hi[1]))))
+
+
+def _candidate(parent: ScenarioSpec, seed: FailureSeed | None, operator: str, factor: str,
+               params: dict[str, Any], **changes: Any) -> Candidate:
+    try:
+        child = parent.mutate(**changes)
+    except ScenarioError as exc:
+        raise OperatorError(f"{operator} made an invalid {factor} variant of {parent.scenario_id}: {exc}") from exc
+    return Candidate(spec=child, parent=parent, operator=operator, factor=factor,
+                     params={k: _s(v) for k, v in params.items()},
+                     generator="failure-guided" if seed is not None else "blind",
+                     source_cluster_id=seed.cluster_id if seed is not None else None)
+
+
+def _placement_centre(parent: ScenarioSpec) -> np.ndarray:
+    xs, ys = parent.placement_x_range, parent.placement_y_range
+    return np.array([(xs[0] + xs[1]) / 2 if xs else 0.0, (ys[0] + ys[1]) / 2 if ys else 0.0])
+
+
+def _unit(v: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+    """v normalised, or a random unit vector (and False) when v is too short to have a direction."""
+    n = float(np.linalg.norm(v))
+    if n < 1e-3:
+        a = float(rng.uniform(0.0, 2 * math.pi))
+        return np.array([math.cos(a), math.sin(a)]), False
+    return v / n, True
+
+
+# -- the operators ------------------------------------------------------------------------------
+
+def pose(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator, cfg: OperatorConfig) -> Candidate:
+    variant = ("placement", "pose")[int(rng.integers(2))]
+    centre0 = _placement_centre(parent)
+    if seed is not None:
+        env = parent.env_name
+        start = seed.object_start_xy(env)
+        origin = "site" if start is not None else "parent"
+        start = centre0 + np.asarray(parent.pose_offset_xyz[:2]) if start is None else start
+        hand = np.asarray(GRIPPER_START_XY[env]) - np.asarray(PLACEMENT_REFERENCE_XY[env])
+        away, informed = _unit(start - hand, rng)
+        turn = _uniform(rng, (-cfg.guided_pose_spread_rad, cfg.guided_pose_spread_rad))
+        c_, s_ = math.cos(turn), math.sin(turn)
+        direction = np.array([c_ * away[0] - s_ * away[1], s_ * away[0] + c_ * away[1]])
+        push = _uniform(rng, cfg.guided_pose_push_m)
+        if variant == "placement":
+            half = _uniform(rng, cfg.guided_placement_half_width_m)
+            lim = MAX_PLACEMENT_ABS_M - half
+            c = np.clip(start + direction * push, -lim, lim)
+            return _candidate(parent, seed, "pose", "placement",
+                              {"variant": "placement", "from": origin,
+                               "direction": "away_from_gripper" if informed else "random", "turn_rad": turn,
+                               "centre_xy": [c[0], c[1]], "half_width_m": half, "push_m": push},
+                              placement_x_range=(_r(c[0] - half), _r(c[0] + half)),
+                              placement_y_range=(_r(c[1] - half), _r(c[1] + half)))
+        delta = direction * push
+    else:
+        if variant == "placement":
+            half = _uniform(rng, cfg.blind_placement_half_width_m)
+            lim = min(cfg.blind_placement_abs_m, MAX_PLACEMENT_ABS_M - half)
+            c = rng.uniform(-lim, lim, 2)
+            return _candidate(parent, None, "pose", "placement",
+                              {"variant": "placement", "from": "random", "centre_xy": [c[0], c[1]],
+                               "half_width_m": half},
+                              placement_x_range=(_r(c[0] - half), _r(c[0] + half)),
+                              placement_y_range=(_r(c[1] - half), _r(c[1] + half)))
+        delta = rng.uniform(-cfg.blind_pose_offset_abs_m, cfg.blind_pose_offset_abs_m, 2)
+        origin, informed, push = "random", False, float(np.linalg.norm(delta))
+    old = parent.pose_offset_xyz
+    offset = tuple(_r(v) for v in np.clip(np.array([old[0] + delta[0], old[1] + delta[1]]),
+                                          -MAX_POSE_OFFSET_ABS_M, MAX_POSE_OFFSET_ABS_M)) + (old[2],)
+    params = {"variant": "pose", "from": origin, "direction": "away_from_gripper" if informed else "random",
+              "offset_xyz": list(offset), "push_m": push}
+    if seed is not None:
+        params["turn_rad"] = turn
+    return _candidate(parent, seed, "pose", "pose", params,
+                      pose_offset_xyz=offset)
+
+
+def material(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator,
+             cfg: OperatorConfig) -> Candidate:
+    weights = np.asarray(cfg.guided_material_weights if seed is not None else (1.0, 1.0, 1.0), dtype=float)
+    variant = ("friction", "mass", "colour")[int(rng.choice(3, p=weights / weights.sum()))]
+    if variant == "friction":
+        mu = _r(_log_uniform(rng, cfg.guided_friction if seed is not None else cfg.blind_friction))
+        return _candidate(parent, seed, "material", "friction",
+                          {"variant": "friction", "friction": mu, "geom_priority": OBJECT_GEOM_PRIORITY,
+                           "parent_friction": parent.object_friction if parent.object_friction is not None
+                           else "default"},
+                          object_friction=mu)
+    if variant == "mass":
+        kg = _r(_uniform(rng, cfg.guided_mass_kg) if seed is not None else _log_uniform(rng, cfg.blind_mass_kg))
+        return _candidate(parent, seed, "material", "mass",
+                          {"variant": "mass", "mass_kg": kg,
+                           "parent_mass_kg": parent.object_mass if parent.object_mass is not None else "default"},
+                          object_mass=kg)
+    rgba = tuple(_r(v) for v in rng.uniform(0.0, 1.0, 3)) + (1.0,)
+    return _candidate(parent, seed, "material", "colour", {"variant": "colour", "rgba": list(rgba)},
+                      object_rgba=rgba)
+
+
+def _footprint_radius(kind: str, size: float) -> float:
+    return size * math.sqrt(2) if kind == "box" else size
+
+
+def distractor(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator,
+               cfg: OperatorConfig) -> Candidate:
+    kind = DISTRACTOR_KINDS[int(rng.integers(len(DISTRACTOR_KINDS)))]
+    env = parent.env_name
+    if seed is not None:
+        size = _r(_uniform(rng, cfg.guided_distractor_size_m))
+        obj = seed.object_xy(env)
+        obj_from = "site" if obj is not None else "parent"
+        obj = _placement_centre(parent) if obj is None else obj
+        hand = seed.eef_xy(env)
+        if hand is not None and float(np.linalg.norm(hand - obj)) >= MIN_PATH_M:
+            path_from = "site_eef"
+        else:
+            hand = np.asarray(GRIPPER_START_XY[env]) - np.asarray(PLACEMENT_REFERENCE_XY[env])
+            path_from = "gripper_start"
+        direction, _ = _unit(hand - obj, rng)
+        clearance = _uniform(rng, cfg.guided_distractor_clearance_m)
+        along = OBJECT_RADIUS_M + _footprint_radius(kind, size) + clearance
+        side = np.array([-direction[1], direction[0]]) * _uniform(rng, (-0.01, 0.01))
+        xy = np.clip(obj + direction * along + side, -MAX_DISTRACTOR_ABS_M, MAX_DISTRACTOR_ABS_M)
+        params = {"kind": kind, "size_m": size, "xy": [xy[0], xy[1]], "object_from": obj_from,
+                  "path_from": path_from, "distance_from_object_m": along}
+    else:
+        size = _r(_uniform(rng, cfg.blind_distractor_size_m))
+        xy = rng.uniform(-cfg.blind_distractor_abs_m, cfg.blind_distractor_abs_m, 2)
+        params = {"kind": kind, "size_m": size, "xy": [xy[0], xy[1]], "path_from": "random"}
+    added = Distractor(kind=kind, size=size, x=_r(xy[0]), y=_r(xy[1]))
+    params["count"] = len(parent.distractors) + 1
+    return _candidate(parent, seed, "distractor", "distractors", params,
+                      distractors=parent.distractors + (added,))
+
+
+def paraphrase(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator,
+               cfg: OperatorConfig) -> Candidate:
+    text, params = cfg.paraphraser.paraphrase(parent, rng)
+    return _candidate(parent, seed, "paraphrase", "instruction", {**params, "instruction": text}, instruction=text)
+
+
+def horizon_extension(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator,
+                      cfg: OperatorConfig) -> Candidate:
+    can_place = parent.env_name == "Lift" and parent.place_target_xy is None
+    variant = ("hold", "place")[int(rng.integers(2))] if can_place else "hold"
+    if variant == "hold":
+        lo, hi = cfg.guided_hold_steps if seed is not None else cfg.blind_hold_steps
+        hold = min(int(rng.integers(lo, hi + 1)), MAX_SUCCESS_HOLD_STEPS)
+        horizon = min(parent.horizon + hold, MAX_HORIZON)
+        return _candidate(parent, seed, "horizon_extension", "hold",
+                          {"variant": "hold", "hold_steps": hold, "horizon": horizon,
+                           "parent_horizon": parent.horizon},
+                          success_hold_steps=hold, horizon=horizon)
+    if seed is not None:
+        start = seed.object_start_xy(parent.env_name)
+        origin = "site" if start is not None else "parent"
+        start = _placement_centre(parent) if start is None else start
+        angle = float(rng.uniform(0.0, 2 * math.pi))
+        distance = _uniform(rng, cfg.guided_place_distance_m)
+        xy = np.clip(start + distance * np.array([math.cos(angle), math.sin(angle)]),
+                     -MAX_PLACEMENT_ABS_M, MAX_PLACEMENT_ABS_M)
+        params = {"variant": "place", "from": origin, "distance_m": distance, "angle_rad": angle}
+    else:
+        xy = rng.uniform(-cfg.blind_place_abs_m, cfg.blind_place_abs_m, 2)
+        params = {"variant": "place", "from": "random"}
+    target = (_r(xy[0]), _r(xy[1]))
+    return _candidate(parent, seed, "horizon_extension", "place", {**params, "place_target_xy": list(target)},
+                      place_target_xy=target)
+
+
+def time_budget(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator,
+                cfg: OperatorConfig) -> Candidate:
+    fraction = _uniform(rng, cfg.guided_time_fraction if seed is not None else cfg.blind_time_fraction)
+    floor = cfg.min_time_budget_steps if seed is not None else 1
+    horizon = max(floor, round(parent.horizon * fraction))
+    if horizon >= parent.horizon:
+        raise OperatorError(f"time_budget: parent {parent.scenario_id} has horizon {parent.horizon}, "
+                            f"already at or below the budget floor {floor}")
+    return _candidate(parent, seed, "time_budget", "time_budget",
+                      {"horizon": horizon, "parent_horizon": parent.horizon, "fraction": fraction},
+                      horizon=horizon)
+
+
+Operator = Callable[[ScenarioSpec, "FailureSeed | None", np.random.Generator, OperatorConfig], Candidate]
+OPERATORS: dict[str, Operator] = {
+    "pose": pose,
+    "material": material,
+    "distractor": distractor,
+    "paraphrase": paraphrase,
+    "horizon_extension": horizon_extension,
+    "time_budget": time_budget,
+}

@@ -1,0 +1,131 @@
+"""The gate's pure core: each check decides, cycles are decided together, versions and event ids
+are a function of the log, and a verdict that did not really run is never a pass."""
+
+from datetime import UTC, datetime, timedelta
+
+from streams.gate.gate import ActiveScenario, Candidate, GateConfig, GateState, PromotionGate, Review, Verdict
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+MODELS = ("oracle", "expert", "novice")
+
+
+def candidate(sid: str, cycle: str = "c1", factor: str = "friction", generator: str = "failure-guided",
+              at: datetime = T0) -> Candidate:
+    return Candidate(sid, "scn-base", {"scenario_id": sid}, factor, generator, cycle, "fc-1", f"ev-{sid}", at)
+
+
+def verdict(critic: str, passed: bool | None = True, ran: bool = True, decision: str = "accept",
+            per_model: dict | None = None, minutes: int = 5) -> Verdict:
+    evidence = {"decision": decision, "checks": {"solvable": {"passed": True}},
+                "per_model": per_model or {"oracle": {"n": 8, "successes": 8}, "expert": {"n": 8, "successes": 7},
+                                           "novice": {"n": 8, "successes": 2}}}
+    return Verdict(critic, ran, passed, 1.0 if passed else 0.0, f"{critic} says {passed}", evidence,
+                   f"v-{critic}", T0 + timedelta(minutes=minutes))
+
+
+def state(candidates, verdicts=None, active=None, success=None, version=1, decisions=None, reviews=None):
+    return GateState(version=version, candidates={c.scenario_id: c for c in candidates}, verdicts=verdicts or {},
+                     decisions=decisions or {}, deferred_reasons={}, reviews=reviews or {},
+                     active=active or {"scn-base": ActiveScenario("scn-base", {}, "base", "")}, models=MODELS,
+                     success=success or {})
+
+
+def good(sid):
+    return {"robustness": verdict("robustness"), "safety": verdict("safety")}
+
+
+def kinds(events):
+    return [(e["envelope"]["event_type"], e["scenario_id"]) for e in events]
+
+
+def test_a_candidate_passing_every_check_is_promoted_with_the_next_version():
+    events = PromotionGate(GateConfig()).decide(state([candidate("scn-a")], {"scn-a": good("scn-a")}), T0)
+    assert kinds(events) == [("Promoted", "scn-a")]
+    assert events[0]["benchmark_version"] == 2 and events[0]["parent_scenario_id"] == "scn-base"
+    assert events[0]["envelope"]["event_time"] == T0 + timedelta(minutes=5)  # the latest verdict's time
+
+
+def test_each_failing_check_rejects_with_its_reason():
+    gate = PromotionGate(GateConfig())
+    robust_no = {"robustness": verdict("robustness", passed=False, decision="reject")}
+    unsafe = {"robustness": verdict("robustness"), "safety": verdict("safety", passed=False)}
+    events = gate.decide(state([candidate("scn-a"), candidate("scn-b")], {"scn-a": robust_no, "scn-b": unsafe}), T0)
+    assert kinds(events) == [("Rejected", "scn-a"), ("Rejected", "scn-b")]
+    assert events[0]["reason"].startswith("robustness:") and events[1]["reason"].startswith("safety:")
+
+
+def test_a_cycle_waits_for_all_its_candidates_then_versions_them_in_id_order():
+    gate = PromotionGate(GateConfig())
+    cands = [candidate("scn-b"), candidate("scn-a")]
+    assert gate.decide(state(cands, {"scn-b": good("scn-b")}), T0) == []  # scn-a still validating
+    events = gate.decide(state(cands, {"scn-b": good("scn-b"), "scn-a": good("scn-a")}), T0)
+    assert [(e["scenario_id"], e["benchmark_version"]) for e in events] == [("scn-a", 2), ("scn-b", 3)]
+
+
+def test_a_missing_verdict_defers_after_the_timeout_and_never_promotes():
+    gate = PromotionGate(GateConfig(verdict_timeout_s=600))
+    s = state([candidate("scn-a")], {"scn-a": {"robustness": verdict("robustness")}})
+    assert gate.decide(s, T0 + timedelta(seconds=599)) == []
+    events = gate.decide(s, T0 + timedelta(seconds=601))
+    assert kinds(events) == [("Deferred", "scn-a")] and "safety" in events[0]["reason"]
+    assert events[0]["envelope"]["event_time"] == T0 + timedelta(seconds=600)  # deterministic
+
+
+def test_a_judge_that_did_not_run_is_missing_evidence_not_a_pass():
+    gate = PromotionGate(GateConfig(semantic_required=True))
+    failed_call = {**good("scn-a"), "semantic": verdict("semantic", passed=None, ran=False)}
+    assert kinds(gate.decide(state([candidate("scn-a")], {"scn-a": failed_call}), T0)) == [("Deferred", "scn-a")]
+    judged_no = {**good("scn-a"), "semantic": verdict("semantic", passed=False)}
+    assert kinds(gate.decide(state([candidate("scn-a")], {"scn-a": judged_no}), T0)) == [("Rejected", "scn-a")]
+
+
+def test_without_a_judge_the_decision_says_semantic_was_not_run():
+    events = PromotionGate(GateConfig()).decide(state([candidate("scn-a")], {"scn-a": good("scn-a")}), T0)
+    assert '"not run: no judge configured"' in events[0]["checks_json"]
+
+
+def test_borderline_asks_for_review_and_a_review_decides():
+    gate = PromotionGate(GateConfig())
+    borderline = {"robustness": verdict("robustness", passed=None, decision="undecided")}
+    s = state([candidate("scn-a")], {"scn-a": borderline})
+    assert kinds(gate.decide(s, T0)) == [("ReviewRequested", "scn-a")]
+    s.decisions = {"scn-a": {"ReviewRequested"}}
+    assert gate.decide(s, T0) == []  # asked once
+    s.reviews = {"scn-a": Review(True, "ana", "looks right", "rv-1", T0 + timedelta(hours=1))}
+    events = gate.decide(s, T0)
+    assert kinds(events) == [("Promoted", "scn-a")] and "ana" in events[0]["reason"]
+
+
+def test_a_candidate_measuring_what_an_active_scenario_measures_is_redundant():
+    active = {"scn-base": ActiveScenario("scn-base", {}, "base", ""),
+              "scn-old": ActiveScenario("scn-old", {}, "friction", "scn-base")}
+    success = {("scn-old", "oracle"): (10, 10), ("scn-old", "expert"): (9, 10), ("scn-old", "novice"): (3, 10)}
+    events = PromotionGate(GateConfig()).decide(
+        state([candidate("scn-a")], {"scn-a": good("scn-a")}, active=active, success=success), T0)
+    assert kinds(events) == [("Rejected", "scn-a")] and "scn-old" in events[0]["reason"]
+
+
+def test_saturated_scenarios_retire_once_a_promotion_takes_their_place():
+    success = {("scn-base", m): (20, 20) for m in MODELS}
+    events = PromotionGate(GateConfig()).decide(
+        state([candidate("scn-a")], {"scn-a": good("scn-a")}, success=success), T0)
+    assert kinds(events) == [("Promoted", "scn-a"), ("Retired", "scn-base")]
+    assert [e["benchmark_version"] for e in events] == [2, 3]
+
+
+def test_base_scenarios_are_promoted_without_verdicts():
+    events = PromotionGate(GateConfig()).decide(
+        state([candidate("scn-l", cycle="", factor="base", generator="base")], version=0, active={}), T0)
+    assert kinds(events) == [("Promoted", "scn-l")] and events[0]["benchmark_version"] == 1
+
+
+def test_deciding_the_same_log_twice_gives_identical_events():
+    s = state([candidate("scn-a"), candidate("scn-b")], {"scn-a": good("scn-a"), "scn-b": good("scn-b")})
+    first = PromotionGate(GateConfig()).decide(s, T0)
+    again = PromotionGate(GateConfig()).decide(s, T0 + timedelta(hours=3))
+    assert first == again
+
+
+def test_a_decided_candidate_is_not_decided_again():
+    s = state([candidate("scn-a")], {"scn-a": good("scn-a")}, decisions={"scn-a": {"Promoted"}})
+    assert PromotionGate(GateConfig()).decide(s, T0) == []

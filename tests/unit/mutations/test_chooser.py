@@ -1,0 +1,200 @@
+"""Choosing operators from failure clusters, the blind arm, compositions, and the feasibility
+pre-check before proposing."""
+
+import pytest
+
+from producers.sim.feasibility import FeasibilityConfig, check_feasibility
+from producers.sim.scenario import Distractor, ScenarioSpec
+from streams.mutations.chooser import (
+    FAILURE_OPERATORS,
+    ChooserConfig,
+    blind_candidates,
+    compose,
+    guided_candidates,
+    operator_weights,
+    propose,
+    propose_blind,
+    propose_guided,
+)
+from streams.mutations.exceptions import CompositionError
+from streams.mutations.operators import OPERATORS, FailureSeed
+
+BASE = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube")
+SITE = {"eef_x": -0.08, "eef_y": 0.04, "eef_z": 0.9, "object_x": 0.02, "object_y": -0.01, "object_z": 0.83,
+        "object_dx": 0.0, "object_dy": 0.0}
+
+
+def cluster(cid, root, size=5, revision=1, rep=True, **kw):
+    event = {"cluster_id": cid, "size": size, "revision": revision, "dominant_failure_type": max(root, key=root.get),
+             "failure_types": dict(root), "root_types": dict(root), "site": dict(SITE),
+             "scenario_counts": {BASE.scenario_id: size},
+             "representative_scenario": BASE.to_dict() if rep else {"scenario_id": "", "env_name": "",
+                                                                    "horizon": 0, "instruction": ""}}
+    event.update(kw)
+    return event
+
+
+CLUSTERS = [cluster("c-slip", {"slip": 1.0}, size=7), cluster("c-knock", {"knocked_object": 0.7, "collision": 0.3}),
+            cluster("c-miss", {"grasp_miss": 0.6, "out_of_reach": 0.4}, size=4),
+            cluster("c-time", {"timeout": 1.0}, size=3)]
+NO_EXPLORATION = ChooserConfig(exploration=0.0, candidates_per_cluster=4)
+
+
+@pytest.mark.parametrize("cid, operators", [
+    ("c-slip", {"material"}), ("c-knock", {"distractor"}), ("c-miss", {"pose"}),
+    ("c-time", {"time_budget", "horizon_extension"}),
+])
+def test_failure_types_choose_their_operators(cid, operators):
+    got = guided_candidates([c for c in CLUSTERS if c["cluster_id"] == cid], seed=1, config=NO_EXPLORATION)
+    assert got.candidates and {c.operator for c in got.candidates} <= operators
+    for c in got.candidates:
+        assert c.source_cluster_id == cid and c.generator == "failure-guided"
+        assert c.params["chosen_by"].startswith("failure:")
+        cause = c.params["chosen_by"].removeprefix("failure:")
+        assert c.operator in FAILURE_OPERATORS[cause]
+
+
+def test_operator_weights_follow_the_root_types():
+    seed = FailureSeed.from_event(cluster("c", {"slip": 0.5, "timeout": 0.5}))
+    assert operator_weights(seed) == {"material": 0.5, "time_budget": 0.25, "horizon_extension": 0.25}
+    unknown = FailureSeed.from_event(cluster("c", {"env_error": 1.0}))
+    assert operator_weights(unknown) == {}
+
+
+def test_exploration_reaches_every_operator():
+    cfg = ChooserConfig(exploration=1.0, candidates_per_cluster=3, max_clusters=20)
+    many = [cluster(f"c{i:02d}", {"slip": 1.0}) for i in range(20)]
+    got = guided_candidates(many, seed=3, config=cfg)
+    assert {c.params["chosen_by"] for c in got.candidates} == {"exploration"}
+    assert {c.operator for c in got.candidates} == set(OPERATORS)
+
+
+def test_the_default_exploration_share_is_about_a_fifth():
+    many = [cluster(f"c{i:02d}", {"slip": 1.0}) for i in range(40)]
+    got = guided_candidates(many, seed=5, config=ChooserConfig(max_clusters=40))
+    explored = sum(c.params["chosen_by"] == "exploration" for c in got.candidates) / len(got.candidates)
+    assert 0.08 < explored < 0.35
+
+
+def test_same_inputs_and_seed_same_candidates():
+    a = guided_candidates(CLUSTERS, seed=9).candidates
+    b = guided_candidates(list(CLUSTERS), seed=9).candidates
+    assert [c.event_fields() for c in a] == [c.event_fields() for c in b] and a
+    assert [c.scenario_id for c in guided_candidates(CLUSTERS, seed=10).candidates] != [c.scenario_id for c in a]
+    x = blind_candidates([BASE], 6, seed=9).candidates
+    assert [c.event_fields() for c in x] == [c.event_fields() for c in blind_candidates([BASE], 6, seed=9).candidates]
+
+
+def test_largest_live_clusters_first_latest_revision_only():
+    clusters = [cluster("small", {"slip": 1.0}, size=2), cluster("big", {"slip": 1.0}, size=9),
+                cluster("big", {"grasp_miss": 1.0}, size=9, revision=2),
+                cluster("retired", {"slip": 1.0}, size=0, revision=5)]
+    got = guided_candidates(clusters, seed=1, config=ChooserConfig(exploration=0.0, max_clusters=1))
+    assert {c.source_cluster_id for c in got.candidates} == {"big"}
+    assert {c.operator for c in got.candidates} == {"pose"}  # revision 2's types
+
+
+def test_parent_from_the_scenario_counts_when_no_representative():
+    parent = BASE.mutate(object_mass=0.3)
+    c = cluster("c", {"slip": 1.0}, rep=False, scenario_counts={"scn-unknown": 9, parent.scenario_id: 4})
+    got = guided_candidates([c], seed=1, parents={parent.scenario_id: parent})
+    assert got.candidates and all(cand.parent == parent for cand in got.candidates)
+    none = guided_candidates([c], seed=1)
+    assert none.candidates == [] and "none of its scenarios" in none.skipped[0].reason
+
+
+def test_a_malformed_cluster_is_skipped_with_the_reason():
+    bad = cluster("bad", {"slip": 1.0}, site={"eef_x": None})
+    got = guided_candidates([bad, CLUSTERS[0]], seed=1)
+    assert got.skipped[0].key == "cluster bad" and "site['eef_x']" in got.skipped[0].reason
+    assert {c.source_cluster_id for c in got.candidates} == {"c-slip"}
+
+
+def test_excluded_and_repeated_scenarios_are_not_proposed():
+    first = guided_candidates(CLUSTERS, seed=2).candidates
+    again = guided_candidates(CLUSTERS, seed=2, exclude=[c.scenario_id for c in first]).candidates
+    assert not {c.scenario_id for c in first} & {c.scenario_id for c in again}
+    ids = [c.scenario_id for c in first]
+    assert len(ids) == len(set(ids)) and BASE.scenario_id not in ids
+
+
+def test_blind_candidates_use_no_seed():
+    parents = [BASE, BASE.mutate(object_mass=0.3)]
+    got = blind_candidates(parents, 12, seed=4)
+    assert len(got.candidates) == 12
+    assert all(c.source_cluster_id is None and c.generator == "blind" and c.params["chosen_by"] == "blind"
+               for c in got.candidates)
+    assert {c.parent.scenario_id for c in got.candidates} == {p.scenario_id for p in parents}
+
+
+# -- compositions -------------------------------------------------------------------------------
+
+def test_composition_of_promoted_factors_is_its_own_recorded_step():
+    slippery = BASE.mutate(object_friction=0.02)
+    place = BASE.mutate(place_target_xy=(0.1, 0.1))
+    with_box = BASE.mutate(distractors=(Distractor(kind="box", size=0.02, x=-0.08, y=0.0),))
+    cand = compose(BASE, [(slippery, BASE), (place, BASE), (with_box, BASE)])
+    assert cand.factor == "composition" and cand.generator == "composition" and cand.operator == "composition"
+    assert cand.params["parents"] == ",".join([slippery.scenario_id, place.scenario_id, with_box.scenario_id])
+    assert cand.params["fields"] == "distractors,object_friction,place_target_xy"
+    s = cand.spec
+    assert (s.object_friction, s.place_target_xy, s.distractors) == (0.02, (0.1, 0.1), with_box.distractors)
+    assert s.parent_id == BASE.scenario_id and cand.source_cluster_id is None
+
+
+def test_compositions_refuse_conflicts_and_foreign_parents():
+    a, b = BASE.mutate(object_friction=0.02), BASE.mutate(object_friction=0.03)
+    with pytest.raises(CompositionError, match="object_friction"):
+        compose(BASE, [(a, BASE), (b, BASE)])
+    other = BASE.mutate(horizon=300)
+    with pytest.raises(CompositionError, match="not from the base"):
+        compose(BASE, [(a, BASE), (other.mutate(object_mass=3.0), other)])
+    with pytest.raises(CompositionError, match="at least two"):
+        compose(BASE, [(a, BASE)])
+    hold = BASE.mutate(success_hold_steps=50, horizon=250)
+    tight = BASE.mutate(horizon=70)
+    with pytest.raises(CompositionError, match="horizon"):
+        compose(BASE, [(hold, BASE), (tight, BASE)])
+
+
+# -- feasibility before proposing ---------------------------------------------------------------
+
+class _Result:
+    def __init__(self, feasible, reason=""):
+        self.feasible, self.reason = feasible, reason
+
+
+def test_propose_splits_feasible_from_infeasible():
+    cands = guided_candidates(CLUSTERS, seed=1).candidates
+    bad_ids = {cands[0].scenario_id}
+    proposal = propose(cands, check=lambda spec: _Result(spec.scenario_id not in bad_ids, "broken"))
+    assert [c.candidate.scenario_id for c in proposal.infeasible] == [cands[0].scenario_id]
+    assert [c.candidate for c in proposal.proposed] == cands[1:]
+    assert proposal.infeasible[0].feasibility.reason == "broken" and proposal.cost_s >= 0
+
+
+def test_propose_runs_the_real_pre_check():
+    out_of_reach = BASE.mutate(placement_x_range=(0.33, 0.33), placement_y_range=(0.0, 0.0))
+    blocked = compose(BASE, [(BASE.mutate(place_target_xy=(0.15, 0.15)), BASE),
+                             (BASE.mutate(distractors=(Distractor(kind="cylinder", size=0.03, x=0.16, y=0.15),)),
+                              BASE)])
+    cands = [c for c in guided_candidates(CLUSTERS[:1], seed=1).candidates[:1]]
+    cfg = FeasibilityConfig(seeds=(0,))
+    far = compose(BASE, [(out_of_reach, BASE), (BASE.mutate(object_mass=3.0), BASE)])
+    proposal = propose(cands + [far, blocked], check=lambda spec: check_feasibility(spec, cfg))
+    assert [c.candidate for c in proposal.proposed] == cands
+    reasons = [c.feasibility.reason for c in proposal.infeasible]
+    assert "not reachable" in reasons[0] and "covered by distractor0" in reasons[1]
+    assert proposal.mean_check_s > 0
+
+
+def test_propose_guided_and_blind_generate_then_check():
+    def check(spec):
+        return _Result(spec.object_mass is None, "too heavy")
+
+    guided = propose_guided(CLUSTERS + [cluster("bad", {"slip": 1.0}, site={"eef_x": None})], seed=1, check=check)
+    assert guided.proposed and all(c.candidate.spec.object_mass is None for c in guided.proposed)
+    assert all(c.feasibility.reason == "too heavy" for c in guided.infeasible)
+    assert [s.key for s in guided.skipped] == ["cluster bad"]
+    blind = propose_blind([BASE], 5, seed=1, check=check)
+    assert len(blind.proposed) + len(blind.infeasible) == 5
