@@ -16,6 +16,17 @@ Prints, from one run:
      produced it) minus that event_time; p50/p99/max (also as received by a consumer);
   4. the ratios against issue #4's targets: >= 20,000 steps/s on one worker, p99 < 1 s at 5,000/s.
 
+With ``--workers N`` (scale-out, issue #9 item 11; Apache Kafka unless ``--broker tansu``) it prints
+instead, per repeat, the throughput of 1 worker and of N workers in one consumer group draining the
+same backlog (the catalog's 4 rollout.steps / rollout.episodes partitions, so 2 workers hold 2
+each), side by side with their ratio. The backlog is published, pre-encoded, once every worker
+holds its partitions (no rebalance inside the measurement), and steps/s are counted from the end
+of publishing to the last batch. Each run also prints the load average and how the machine's cores
+were shared (the workers, the broker, everything else) and each worker's partitions and time
+waiting for a CPU: the ratio cannot exceed the ratio of cores the workers got. Workers run faust's
+own ``worker`` command with ``--without-web`` (several workers on one host would otherwise all bind
+port 6066).
+
 Usage:
     python bench/detector.py                         # embedded Tansu broker
     python bench/detector.py --broker kafka          # Apache Kafka from the Maven-assembled jars
@@ -26,6 +37,8 @@ Usage:
     python bench/detector.py --skip-lag --repeat 5   # throughput only
     python bench/detector.py --skip-lag --noop-stage # the agent discards batches: faust's own ceiling
     python bench/detector.py --driver aiokafka       # what-if: the stage fed by plain aiokafka batches
+    nice -n 10 python bench/detector.py --workers 2  # 1 vs 2 workers in one group (Apache Kafka by default)
+    nice -n 10 python bench/detector.py --workers 2 --broker tansu
 
 The machine's cores are shared: compare medians of several repeats, not single runs.
 """
@@ -63,6 +76,7 @@ TARGET_STEPS_PER_S = 20_000
 TARGET_P99_S = 1.0
 TARGET_RATE = 5_000
 WORKER_START_TIMEOUT_S = 60.0
+ASSIGNMENT_REPORT_S = 0.25  # how often a worker writes its partitions into its status file, s
 LAG_RUN_ID = "bench-lag"
 WARM_RUN_ID = "bench-warm"
 
@@ -193,16 +207,31 @@ class _StageProbe:
         s["max_batch"] = max(s["max_batch"], len(messages))
         s["last_end"] = time.time()
         s["sched_last"] = _thread_schedstats()
+        s["cpu_last"] = _machine_cpu()
         s["stage_stats"] = dict(self.stage.stats)
         if s["first_end"] is None:
             s["first_end"], s["first_batch"] = s["last_end"], len(messages)
-            s["sched_first"] = s["sched_last"]
+            s["sched_first"], s["cpu_first"] = s["sched_last"], s["cpu_last"]
         else:
             s["in_stage_s"] += elapsed  # the first batch is outside the measured interval
-        tmp = self.status_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(s))
-        os.replace(tmp, self.status_path)
+        main_cpu, main_wait = s["sched_last"].get("MainThread", (0, 0))
+        s.setdefault("timeline", []).append(  # what --workers measures a window of
+            (s["last_end"], s["messages"], *s["cpu_last"], main_cpu, main_wait,
+             sum(cpu for cpu, _ in s["sched_last"].values())))
+        self.write()
         return out
+
+    def write(self) -> None:
+        tmp = self.status_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.status))
+        os.replace(tmp, self.status_path)
+
+
+def _machine_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, every CPU, from /proc/stat."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    busy = user + nice + system + irq + softirq + steal
+    return busy, busy + idle + iowait
 
 
 def _thread_schedstats() -> dict[str, tuple[int, int]]:
@@ -352,14 +381,12 @@ def run_worker(args) -> None:
         import mode.loop
 
         mode.loop.use("uvloop")  # needs the uvloop package
-    from faust.worker import Worker
-
     from streams.app import StreamsConfig, make_app
 
     bootstrap, prefix, status = args.worker
     status_path = Path(status)
     config = StreamsConfig(bootstrap_servers=bootstrap, topic_prefix=prefix, app_id=args.app_id,
-                           run_id="bench-detector", data_dir=status_path.parent / f"faust-{args.app_id}",
+                           run_id="bench-detector", data_dir=status_path.parent / f"faust-{status_path.stem}",
                            run_clusterer=False, batch_max=args.batch_max, batch_within_s=args.batch_within)
     app = make_app(config)
     for key, value in map(_parse_setting, args.faust):
@@ -382,8 +409,20 @@ def run_worker(args) -> None:
 
         profiler = cProfile.Profile()
         profiler.enable()
+    steps_topic = BY_NAME["rollout.steps"].full_name(prefix)
+
+    @app.timer(interval=ASSIGNMENT_REPORT_S, name="bench-assignment")
+    async def report_assignment() -> None:  # what --workers waits on before it publishes the backlog
+        assignment = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == steps_topic)
+        if (assignment, app.consumer_generation_id) != (probe.status.get("assignment"), probe.status.get("generation")):
+            probe.status["assignment"], probe.status["generation"] = assignment, app.consumer_generation_id
+            probe.write()
+
+    # faust's own `worker` command, as a deployment runs it; without the web server, so that several
+    # workers on one host do not all bind port 6066.
+    sys.argv = [sys.argv[0], "--quiet", "--loop", args.loop, "worker", "--without-web", "--loglevel", "warn"]
     try:
-        Worker(app, loglevel="warning", quiet=True).execute_from_commandline()
+        app.main()
     finally:
         if profiler is not None:
             profiler.disable()
@@ -394,9 +433,11 @@ def run_worker(args) -> None:
 
 
 class WorkerProcess:
-    def __init__(self, work: Path, bootstrap: str, prefix: str, app_id: str, args, profile: str | None = None):
-        self.status_path = work / f"{app_id}.status.json"
-        self.log_path = work / f"{app_id}.log"
+    def __init__(self, work: Path, bootstrap: str, prefix: str, app_id: str, args, profile: str | None = None,
+                 name: str | None = None):
+        self.name = name or app_id
+        self.status_path = work / f"{self.name}.status.json"
+        self.log_path = work / f"{self.name}.log"
         command = [sys.executable, __file__, "--worker", bootstrap, prefix, str(self.status_path),
                    "--app-id", app_id, "--batch-max", str(args.batch_max), "--batch-within", str(args.batch_within)]
         for setting in args.faust:
@@ -439,6 +480,11 @@ class WorkerProcess:
             time.sleep(0.05)
         raise SystemExit(f"worker processed {self.status()['messages']} of {messages} events; log {self.log_path}")
 
+    def died(self) -> str:
+        """What to say when the worker exited: its code and the end of its log (the work dir goes)."""
+        lines = self.log_path.read_text(errors="replace").splitlines()[-15:]
+        return f"worker {self.name} exited with {self.process.returncode}; its log ends:\n" + "\n".join(lines)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             stop_pid(self.process.pid, 30.0)
@@ -470,6 +516,191 @@ def backlog_run(work: Path, bootstrap: str, prefix: str, expected: int, steps_sh
     if worker.profile_path is not None and worker.profile_path.exists():
         result["profile"] = worker.profile_path
     return result
+
+
+def encode_backlog(events: list[dict], codec: Codec) -> list[tuple[str, bytes, bytes]]:
+    """(catalog topic name, key, Confluent-framed value) per event, encoded once for every scale run."""
+    out = []
+    for event in events:
+        topic = topic_for(event["envelope"]["event_type"])
+        out.append((topic.name, str(event[topic.key_field]).encode(), codec.encode(event)))
+    return out
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, from /proc/<pid>/stat (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(exclude: set[int]) -> list[int]:
+    """Pids of this process's children but ``exclude``: the broker, in the scale runs."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in exclude:
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    out.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _assigned(workers: list[WorkerProcess], partitions: int) -> list[list[int]] | None:
+    """Each worker's rollout.steps partitions once every worker holds some of one generation and
+    together they hold each partition once; None before that."""
+    statuses = [w.status() for w in workers]
+    for worker in workers:
+        if worker.process.poll() is not None:
+            raise SystemExit(worker.died())
+    assignments = [status.get("assignment") or [] for status in statuses]
+    if len({status.get("generation") for status in statuses}) != 1 or not all(assignments):
+        return None
+    if sorted(p for a in assignments for p in a) != list(range(partitions)):
+        return None
+    return assignments
+
+
+def scale_run(work: Path, bootstrap: str, backlog: list[tuple[str, bytes, bytes]], steps_share: float,
+              n_workers: int, run: int, args) -> dict:
+    """``n_workers`` faust workers in one consumer group drain ``backlog`` together. The backlog
+    (pre-encoded bytes) is published once every worker holds its partitions, so no rebalance falls
+    inside the measured interval. Steps/s are counted from the end of publishing (the first batch,
+    if later: the publisher does not compete with the workers inside it) to the end of the last
+    batch of all the workers; the workers drain the rest of the backlog meanwhile."""
+    app_id = f"bench-scale-{run}-{n_workers}w"
+    prefix = app_id + "."
+    ensure_topics(bootstrap, prefix)
+    partitions = BY_NAME["rollout.steps"].partitions
+    workers = [WorkerProcess(work, bootstrap, prefix, app_id, args, name=f"{app_id}-{i}") for i in range(n_workers)]
+    try:
+        deadline = time.monotonic() + WORKER_START_TIMEOUT_S * n_workers
+        while (assignment := _assigned(workers, partitions)) is None:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{n_workers} workers did not share the {partitions} rollout.steps partitions "
+                                 f"within {WORKER_START_TIMEOUT_S * n_workers:.0f} s; "
+                                 f"logs {[str(w.log_path) for w in workers]}")
+            time.sleep(0.1)
+        brokers = _children({w.process.pid for w in workers})
+        load_before, start = os.getloadavg(), time.time()
+        publisher = Publisher(make_producer(bootstrap), prefix)
+        for name, key, value in backlog:
+            publisher.publish_raw(prefix + name, key, value)
+        publisher.flush()
+        published, broker_cpu_published = time.time(), sum(map(_process_cpu_s, brokers))
+        statuses = wait_all(workers, len(backlog), timeout=WORKER_START_TIMEOUT_S + len(backlog) / 500)
+        broker_cores = (sum(map(_process_cpu_s, brokers)) - broker_cpu_published) / (time.time() - published)
+        load_after = os.getloadavg()
+    finally:
+        for worker in workers:
+            worker.stop()
+    # The window: from the end of publishing (or the first batch, if later) to the last batch, so
+    # the publisher does not compete with the workers inside it; each worker's figures are taken
+    # from its last batch before the window opened (its first batch, if none).
+    opened = max(published, min(s["first_end"] for s in statuses))
+    closed = max(s["last_end"] for s in statuses)
+    span = closed - opened
+    inside = []
+    for status in statuses:
+        timeline = status["timeline"]
+        before = max((e for e in timeline if e[0] <= opened), key=lambda e: e[0], default=timeline[0])
+        inside.append((before, timeline[-1]))
+    counted = sum(last[1] - before[1] for before, last in inside)
+    rate = counted / span if span > 0 else float("nan")
+    first_busy, first_total = min((before for before, _ in inside), key=lambda e: e[0])[2:4]
+    last_busy, last_total = max((last for _, last in inside), key=lambda e: e[0])[2:4]
+    busy = (last_busy - first_busy) / max(1, last_total - first_total)
+    per_worker = []
+    for worker, (before, last), parts in zip(workers, inside, assignment, strict=True):
+        own = last[0] - before[0]
+        per_worker.append({"name": worker.name, "partitions": parts, "messages": last[1] - before[1], "span_s": own,
+                           "cpu_s": (last[6] - before[6]) / 1e9,
+                           "main_on_cpu": (last[4] - before[4]) / 1e9 / own if own > 0 else float("nan"),
+                           "main_waiting": (last[5] - before[5]) / 1e9 / own if own > 0 else float("nan")})
+    busy_cores = busy * (os.cpu_count() or 1)
+    workers_cores = sum(w["cpu_s"] for w in per_worker) / span if span > 0 else float("nan")
+    return {"workers": n_workers, "events_per_s": rate, "steps_per_s": rate * steps_share, "span_s": span,
+            "published_s": published - start, "counted": counted, "before_window": sum(b[1] for b, _ in inside),
+            "busy_cores": busy_cores, "workers_cores": workers_cores,
+            "broker_cores": broker_cores, "other_cores": max(0.0, busy_cores - workers_cores - broker_cores),
+            "load_before": load_before, "load_after": load_after, "per_worker": per_worker}
+
+
+def wait_all(workers: list[WorkerProcess], messages: int, timeout: float, idle_timeout: float = 20.0) -> list[dict]:
+    """Until the workers together have processed ``messages``; their statuses."""
+    deadline = time.monotonic() + timeout
+    last, moved = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        statuses = [w.status() for w in workers]
+        done = sum(s["messages"] for s in statuses)
+        if done >= messages:
+            return statuses
+        for worker in workers:
+            if worker.process.poll() is not None:
+                raise SystemExit(worker.died())
+        if done != last:
+            last, moved = done, time.monotonic()
+        elif last > 0 and time.monotonic() - moved > idle_timeout:
+            break
+        time.sleep(0.05)
+    raise SystemExit(f"the workers processed {last} of {messages} events; logs {[str(w.log_path) for w in workers]}")
+
+
+def print_scale(runs: list[dict], n_workers: int, args, broker: str, n_events: int) -> None:
+    print(f"\nbroker: {broker}   backlog: {args.episodes} episodes x {args.steps} steps ({n_events:,} events, "
+          f"{args.concurrent} interleaved), published raw once the workers hold their partitions   "
+          f"rollout.steps/episodes partitions: {BY_NAME['rollout.steps'].partitions}   "
+          f"batch_max {args.batch_max}, within {args.batch_within} s   cores: {os.cpu_count()}")
+    for run in runs:
+        print(f"{run['workers']} worker{'s' if run['workers'] > 1 else ' '}:  {run['steps_per_s']:10,.0f} steps/s  "
+              f"({run['counted']:,} events in {run['span_s']:.2f} s = {run['events_per_s']:,.0f}/s, after the "
+              f"{run['published_s']:.2f} s of publishing in which {run['before_window']:,} were read)\n"
+              f"             load average {run['load_before'][0]:.2f} -> {run['load_after'][0]:.2f}; "
+              f"cores busy {run['busy_cores']:.2f} of {os.cpu_count()}: workers {run['workers_cores']:.2f}, "
+              f"broker {run['broker_cores']:.2f}, everything else {run['other_cores']:.2f}")
+        for w in run["per_worker"]:
+            print(f"             {w['name']}: rollout.steps {w['partitions']}, {w['messages']:,} events in "
+                  f"{w['span_s']:.2f} s = {w['messages'] / w['span_s'] if w['span_s'] > 0 else float('nan'):,.0f}/s; "
+                  f"main thread on a CPU {w['main_on_cpu']:.0%}, waiting for one {w['main_waiting']:.0%}")
+    one = [r["steps_per_s"] for r in runs if r["workers"] == 1]
+    many = [r["steps_per_s"] for r in runs if r["workers"] == n_workers]
+    m1, mn = statistics.median(one), statistics.median(many)
+    print(f"median:      1 worker {m1:10,.0f} steps/s   {n_workers} workers {mn:10,.0f} steps/s   ratio "
+          f"{mn / m1:.2f} (runs: {', '.join(f'{b / a:.2f}' for a, b in zip(one, many, strict=True))})   "
+          f"= {mn / TARGET_STEPS_PER_S:.2f} x the {TARGET_STEPS_PER_S:,}/s target")
+    c1 = statistics.median(r["workers_cores"] for r in runs if r["workers"] == 1)
+    cn = statistics.median(r["workers_cores"] for r in runs if r["workers"] == n_workers)
+    print(f"cores the workers got (median): 1 worker {c1:.2f}, {n_workers} workers {cn:.2f} (ratio {cn / c1:.2f}); "
+          f"steps/s per core they got: 1 worker {m1 / c1:,.0f}, {n_workers} workers {mn / cn:,.0f}. The ratio of "
+          f"throughputs cannot exceed the ratio of cores the workers get: at most {n_workers}, and at most the "
+          f"{os.cpu_count()} cores here less what the broker and other processes take")
+
+
+def scale_main(args) -> int:
+    """--workers N: 1 and N workers on the same backlog, alternating which goes first in each repeat."""
+    partitions = BY_NAME["rollout.steps"].partitions
+    if not 1 < args.workers <= partitions:
+        raise SystemExit(f"--workers must be between 2 and the {partitions} rollout.steps partitions, "
+                         f"got {args.workers}")
+    if args.driver != "faust" or args.profile:
+        raise SystemExit("--workers measures faust workers' throughput only: no --driver aiokafka, no --profile")
+    events = rollout_events(args.episodes, args.steps, 1, "bench-backlog", args.concurrent)
+    backlog = encode_backlog(events, Codec())
+    steps_share = args.steps / (args.steps + 2)
+    runs = []
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sepa-bench-detector-")))
+        bootstrap = stack.enter_context(local_broker(args.broker, work))
+        for r in range(args.repeat):
+            for n in ((1, args.workers) if r % 2 == 0 else (args.workers, 1)):
+                runs.append(scale_run(work, bootstrap, backlog, steps_share, n, r, args))
+                print(f"  run {r}, {n} worker(s): {runs[-1]['steps_per_s']:,.0f} steps/s", file=sys.stderr)
+    runs.sort(key=lambda run: run["workers"])  # stable: repeat order within each count
+    print_scale(runs, args.workers, args, args.broker, len(backlog))
+    return 0
 
 
 def latency_run(work: Path, bootstrap: str, args) -> dict:
@@ -575,7 +806,11 @@ def _area(where: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu")
+    parser.add_argument("--broker", choices=["tansu", "kafka"],
+                        help="default: tansu; kafka with --workers (Apache Kafka from the Maven-assembled jars)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="N > 1: the throughput of 1 and of N workers in one consumer group on the same backlog, "
+                             "side by side, and their ratio (no pure costs, no latency run)")
     parser.add_argument("--episodes", type=int, default=200, help="backlog episodes")
     parser.add_argument("--steps", type=int, default=500, help="steps per episode")
     parser.add_argument("--concurrent", type=int, default=16, help="episodes interleaved at a time")
@@ -604,6 +839,8 @@ def main() -> int:
     parser.add_argument("--app-id", default="bench-detector", help=argparse.SUPPRESS)
     parser.add_argument("--produce-paced", nargs=2, metavar=("BOOTSTRAP", "PREFIX"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.broker is None:
+        args.broker = "kafka" if args.workers > 1 else "tansu"
     if args.worker:
         run_worker(args)
         return 0
@@ -611,6 +848,8 @@ def main() -> int:
         produce_paced(*args.produce_paced, args.rate, args.lag_seconds, args.steps, args.concurrent)
         return 0
 
+    if args.workers > 1:
+        return scale_main(args)
     pure = None if args.skip_pure else pure_costs()
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sepa-bench-detector-")))

@@ -36,8 +36,9 @@ dropped by a bound. ``releasable()`` gives, per partition, the offset of the fir
 earliest undecided episode (or the end of what was delivered): faust commits the contiguous acked
 prefix, so after a crash or a rebalance every undecided episode is re-read from its first event
 and analysed again, and re-emitted moments carry the same event ids. An episode's EpisodeStarted /
-EpisodeEnded are held until every step of it is releasable too, so a partition read from a
-committed offset can only show, of an episode decided before:
+EpisodeEnded are held until every step of it is releasable too (also when they are read again
+after a rebalance, the episode already decided), so a partition read from a committed offset can
+only show, of an episode decided before:
 - all of it: analysed again, the same moments;
 - a tail of its steps (first step seen t > 0): ``stats["replayed_tail"]``, ignored;
 - its start and/or end with no step at all: after ``end_grace_s``, ``stats["replayed_without_steps"]``,
@@ -150,7 +151,8 @@ class DetectorStage:
         self.intake = Intake(self.codec, CONSUMER, run_id, expected)
         self.steps_topic = BY_NAME["rollout.steps"].full_name(topic_prefix)
         self.episodes: OrderedDict[str, _Episode] = OrderedDict()  # least recently active first
-        self.finished: OrderedDict[str, None] = OrderedDict()  # decided episodes, oldest first
+        # Decided episodes, oldest first, with the partition and offset of their last step (None: none seen).
+        self.finished: OrderedDict[str, tuple[TP, int] | None] = OrderedDict()
         self.stats: Counter = Counter()
         # Acknowledgement bookkeeping, per partition: the offset after the last message delivered,
         # and the first offset of each episode holding it back (in offset order = insertion order).
@@ -215,6 +217,8 @@ class DetectorStage:
         episode_id = event["episode_id"]
         if episode_id in self.finished:
             self.stats["after_finish"] += 1
+            if at is not None and event_type != "Step":
+                self._hold_decided(episode_id, at)
             return []
         out: list[dict] = []
         ep = self._episode(episode_id, out)
@@ -368,11 +372,25 @@ class DetectorStage:
         if is_step:
             ep.last_step = at
 
+    def _hold_decided(self, episode_id: str, at: tuple[TP, int]) -> None:
+        """The EpisodeStarted/Ended of an episode decided before, read again (faust seeks back to
+        the committed offsets after a rebalance): held as at its decision, until its last step is
+        releasable, so that no commit passes its start while its steps may still be read again
+        (a worker resuming from such a commit would analyse it without its scenario)."""
+        last_step = self.finished[episode_id]
+        tp, offset = at
+        if last_step is None or last_step[0] == tp:
+            return
+        held = self.holds.setdefault(tp, OrderedDict())
+        if episode_id not in held:
+            held[episode_id] = offset
+            self.waiting[episode_id] = last_step
+
     def _decide(self, episode_id: str, ep: _Episode) -> None:
         """Finished or dropped: forget it, remember it as decided, let its messages be acknowledged.
         Its EpisodeStarted/Ended stay held until its last step is releasable (module docstring)."""
         del self.episodes[episode_id]
-        self.finished[episode_id] = None
+        self.finished[episode_id] = ep.last_step
         while len(self.finished) > self.config.remember_finished:
             self.finished.popitem(last=False)
         waits = False

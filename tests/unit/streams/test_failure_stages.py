@@ -289,6 +289,23 @@ def test_forgetting_after_a_rebalance_keeps_decided_episodes_decided():
     assert moment_types(stage.process(again)) == ["slip", "drop", "timeout"]
 
 
+def test_a_decided_episodes_start_read_again_after_a_rebalance_still_waits_for_its_steps():
+    wire, stage = Wire(), detector_stage()
+    a, b = slip_scene("ep-a"), slip_scene("ep-b")
+    starts = [wire.event(started(a)), wire.event(started(b))]
+    steps = [wire.event(s) for s in a.steps] + [wire.event(s) for s in b.steps[:3]]
+    end_a = wire.event(ended(a, success=False))
+    stage.process(starts + steps + [end_a])
+    assert stage.stats["finished"] == 1 and stage.releasable() == {EPISODES_TP: 1, STEPS_TP: len(a.steps)}
+    stage.forget()  # nothing was committed: faust delivers everything again, the small topic first
+    assert stage.process(starts + [end_a]) == []
+    # a is decided, but its steps come again: a commit past its start now would leave a worker that
+    # resumes from it a's steps and end without its start (an analysis without a scenario)
+    assert stage.releasable() == {EPISODES_TP: 0}
+    stage.process(steps)
+    assert stage.releasable() == {EPISODES_TP: 1, STEPS_TP: len(a.steps)}  # a is done; b holds from its start
+
+
 def _traffic(seed: int) -> list[dict]:
     """Six rollout workers' synthetic episodes (different lengths), interleaved round robin."""
     return interleaved(*(synthetic_episodes(3, 20 + 9 * w, seed=seed * 10 + w, run_id=f"w{w}") for w in range(6)))
@@ -365,6 +382,61 @@ def test_a_crash_at_any_commit_then_a_restart_emits_every_moment_the_detector_fi
     assert not {"joined_late", "not_analysed", "ended_with_missing_steps", "idle_dropped", "evicted"} & set(
         first.stats | second.stats)
     assert second.episodes == {}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_rebalance_then_a_crash_at_any_commit_emits_every_moment_and_analysis_the_detector_makes(seed):
+    """Scale-out without a broker: a worker keeps its partitions through a rebalance (forget, then
+    faust seeks back to the last commit and delivers again), commits on, and crashes; a fresh one
+    resumes from its last commit. Episodes decided before the rebalance are re-read as decided:
+    their start and end must still wait for their steps, or a commit passes a start whose steps
+    come again after the crash (an EpisodeAnalysed without its scenario, a second content)."""
+    rng = random.Random(seed)
+    events = _traffic(seed)
+    queues: dict[tuple[str, int], list[dict]] = {}
+    for event in events:
+        topic = "rollout.steps" if event["envelope"]["event_type"] == "Step" else "rollout.episodes"
+        queues.setdefault((PREFIX + topic, int(event["episode_id"][-1], 16) % 2), []).append(event)
+    messages = {tp: [RawMessage(tp[0], tp[1], offset, e["episode_id"].encode(), CODEC.encode(e))
+                     for offset, e in enumerate(queue)] for tp, queue in queues.items()}
+    expected, analysed = {}, {}
+    for episode_id in dict.fromkeys(e["episode_id"] for e in events):
+        alone = detector_stage().process([Wire().event(e) for e in events if e["episode_id"] == episode_id])
+        expected.update((CODEC.decode(o.value)["envelope"]["event_id"], o.value) for o in alone
+                        if o.topic == "failures.moments")
+        (analysed[episode_id],) = [o.value for o in alone if o.topic == "failures.episodes"]
+
+    clock, out = Clock(), []
+    first = detector_stage(clock)
+    pending = {tp: list(queue) for tp, queue in messages.items()}
+    committed = {tp: 0 for tp in messages}
+
+    def commits(times: int) -> None:
+        for _ in range(times):
+            _deliver(rng, pending, first, clock, out, stop_after=rng.randint(1, 4))
+            committed.update(first.releasable())
+
+    commits(rng.randint(1, 12))
+    _deliver(rng, pending, first, clock, out, stop_after=rng.randint(1, 30))  # decided, not yet committed
+    first.forget()  # the rebalance: faust seeks back to the committed offsets and delivers again
+    pending = {tp: queue[committed[tp]:] for tp, queue in messages.items()}
+    for tp in [tp for tp in pending if "episodes" in tp[0]]:  # the small topic comes in first
+        out += first.process(pending[tp][:rng.randint(0, len(pending[tp]))])
+        pending[tp] = [m for m in pending[tp] if m.offset >= first.delivered.get(tp, committed[tp])]
+    committed.update(first.releasable())
+    commits(rng.randint(0, 12))  # then the crash (every output so far survives: the worst case)
+
+    second = detector_stage(clock)
+    pending = {tp: queue[committed[tp]:] for tp, queue in messages.items()}
+    _deliver(rng, pending, second, clock, out)
+    clock.now += 60.0
+    out += second.tick()
+    emitted = [(CODEC.decode(o.value)["envelope"]["event_id"], o.value) for o in out if o.topic == "failures.moments"]
+    assert {event_id for event_id, _ in emitted} == set(expected)
+    assert all(value == expected[event_id] for event_id, value in emitted)
+    told = [(o.key.decode(), o.value) for o in out if o.topic == "failures.episodes"]
+    assert {episode_id for episode_id, _ in told} == set(analysed)
+    assert [episode_id for episode_id, value in told if value != analysed[episode_id]] == []
 
 
 # -- EpisodeAnalysed --------------------------------------------------------------------------------
