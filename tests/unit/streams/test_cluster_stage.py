@@ -88,7 +88,7 @@ def test_what_cannot_be_clustered_is_dead_lettered_with_the_reason():
     dead = [CODEC.decode(o.value) for o in s.process(raws)]
     assert [d["source_offset"] for d in dead] == [0, 1, 2] and {d["consumer"] for d in dead} == {"failure-clusterer"}
     assert "unknown failure type 'teleported'" in dead[0]["reason"] and event["episode_id"] in dead[0]["reason"]
-    assert "does not belong on t.failures.episodes" in dead[2]["reason"]
+    assert "does not belong on topic failures.episodes" in dead[2]["reason"]
     assert s.clusterer.updates == 0 and s.clusterer.position == 0
 
 
