@@ -54,12 +54,22 @@ def test_status_report_and_diff_processes_reach_the_store_through_the_endpoint(s
     direct, remote = served
     memory = tmp_path / "memory"
     (memory / "run").mkdir(parents=True)
-    # what `sepa-eval up` leaves behind: the pipeline's pid (this process stands in for it) and its endpoint
-    (memory / "run" / "state.json").write_text(json.dumps({"pipeline_pid": os.getpid(), "store_url": remote.url}))
+    # what `sepa-eval up` leaves behind: the pipeline's pid and its endpoint. A sleeping process whose
+    # command line carries the pipeline's marker stands in for it (`up` checks the marker, not just the pid).
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "infra.pipeline"])
+    try:
+        (memory / "run" / "state.json").write_text(json.dumps({"pipeline_pid": stand_in.pid, "store_url": remote.url}))
+        _read_through_the_endpoint(memory, direct, remote, tmp_path, stand_in.pid)
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
+def _read_through_the_endpoint(memory, direct, remote, tmp_path, pipeline_pid: int) -> None:
     status = _sepa(memory, direct.database, "status", "--json")
     assert status.returncode == 0, status.stderr
     figures = json.loads(status.stdout)
-    assert (figures["pipeline"]["pid"], figures["pipeline"]["store"]) == (os.getpid(), remote.url)
+    assert (figures["pipeline"]["pid"], figures["pipeline"]["store"]) == (pipeline_pid, remote.url)
     assert figures["memory"]["episodes"] == 160 and figures["memory"]["benchmark_version"] == 3
     assert figures["memory"]["model_versions"] == {m: "1" for m in world.MODELS}
     report = _sepa(memory, direct.database, "report", "--output", str(tmp_path / "report"))

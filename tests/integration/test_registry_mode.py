@@ -16,6 +16,7 @@ from registry_stand_in import FIRST_ID, SchemaRegistry
 from stack_helpers import clean_env, processes_holding, sepa
 
 from infra.kafka_clients import ensure_topics
+from producers.sim.models import load_models
 from schemas.catalog import TOPICS
 
 LANDING_S = 180.0
@@ -70,7 +71,7 @@ def test_every_producer_publishes_with_registry_ids_that_the_sink_resolves(tansu
         assert orphan.returncode == 1 and orphan.stderr.startswith("error: no rollout worker is running under")
 
         assert evidence["dead_letters"] == 0, "an event the sink could not resolve"
-        assert evidence["models_registry"] == 4 and evidence["rollout_requests"] == 1
+        assert evidence["models_registry"] == len(load_models()) and evidence["rollout_requests"] == 1
         assert evidence["rollout_episodes"] == 2 * (4 + 1)
         assert evidence["failure_moments"] > 0, "the streams worker published no moment"
 

@@ -110,8 +110,9 @@ def start_worker(broker: str, prefix: str, memory_dir: Path, log_path: Path,
                  extra_args: tuple[str, ...] = ("--without-web",)) -> subprocess.Popen:
     """A streams worker as a deployment starts it. Without faust's web server by default: it binds
     0.0.0.0:6066, which a second worker on the host (or anyone else's) already holds."""
+    # Fragile successes off: these tests compare with the clusterer of failures (tests/analysed_episodes.py).
     env = {**os.environ, "SEPA_BOOTSTRAP_SERVERS": broker, "SEPA_TOPIC_PREFIX": prefix,
-           "SEPA_MEMORY_DIR": str(memory_dir)}
+           "SEPA_MEMORY_DIR": str(memory_dir), "SEPA_CLUSTER_FRAGILE_SUCCESSES": "false"}
     with open(log_path, "ab") as log:
         return subprocess.Popen([*STREAMS_WORKER, *extra_args],
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
