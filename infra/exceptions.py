@@ -35,3 +35,12 @@ class WaitTimeout(InfraError):
 
 class RequestRefused(InfraError):
     """A rollout worker dead-lettered a request a command waits on; carries its reason."""
+
+
+class ReviewRefused(InfraError):
+    """A review decision the evidence log does not allow: an unknown scenario, one not awaiting
+    review, or one reviewed already (a scenario gets one ReviewDecided)."""
+
+
+class GateBusy(InfraError):
+    """A streams worker runs the promotion gate for this memory dir: a second gate must not decide."""
