@@ -25,6 +25,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from consumers import benchmark_state as q
@@ -224,8 +225,6 @@ def eval_(ctx: typer.Context,
         orchestrator.register_models(publisher, [config])  # the log knows the version evaluated
         requests = orchestrator.request_sweeps(publisher, store, [dict(a.spec) for a in benchmark.scenarios],
                                                [config], seeds or settings.sweep_seeds)
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task(f"{config.model_id}@{config.version} on benchmark v{benchmark.version}",
