@@ -178,8 +178,9 @@ def promote(ctx: typer.Context,
         fail(exc)
     pending = len(state.pending())
     if not decisions:
-        console.print(f"nothing to decide: {pending} pending candidate(s), none ready (verdicts missing, within "
-                      f"their timeout) on benchmark v{state.version}", soft_wrap=True, highlight=False)
+        why = (f"{pending} pending candidate(s), none ready (verdicts still coming, within their timeout)" if pending
+               else "no pending candidate")
+        console.print(f"nothing to decide: {why}; benchmark v{state.version}", soft_wrap=True, highlight=False)
         return
     table = Table("decision", "scenario", "version", "reason", title="would decide" if dry_run else "decided")
     for e in decisions:
