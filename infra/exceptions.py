@@ -39,3 +39,12 @@ class RequestRefused(InfraError):
 
 class LiberoSetupError(InfraError):
     """The LIBERO venv could not be built, or is not (completely) set up."""
+
+
+class ReviewRefused(InfraError):
+    """A review decision the evidence log does not allow: an unknown scenario, one not awaiting
+    review, or one reviewed already (a scenario gets one ReviewDecided)."""
+
+
+class GateBusy(InfraError):
+    """A streams worker runs the promotion gate for this memory dir: a second gate must not decide."""

@@ -20,18 +20,20 @@ A timeout names what is missing (which requests, which episodes, which table). T
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from consumers import benchmark_state as q
 from consumers.evidence.store import EvidenceStore
 from infra import processes
-from infra.exceptions import NotRunning, RequestRefused, WaitTimeout
+from infra.exceptions import NotRunning, RequestRefused, ReviewRefused, WaitTimeout
 from infra.settings import Settings
 from producers.publisher import Publisher
-from producers.rollout_worker import rollout_request
+from producers.rollout_worker import rollout_request, sweep_request
 from producers.sim.models import ModelConfig
 from schemas.catalog import BY_NAME
 from schemas.events import make_event, stable_id
@@ -104,6 +106,21 @@ def request_rollouts(publisher: Publisher, store: EvidenceStore, scenario: dict,
     again. Returns every request (published or not)."""
     requests = [rollout_request(scenario, model_id, seeds, purpose=purpose, keyframe_every=keyframe_every,
                                 run_id=run_id) for model_id in model_ids]
+    done = _ended_per_request(store, [r["request_id"] for r in requests])
+    for request in requests:
+        if done.get(request["request_id"], 0) < len(request["seeds"]):
+            publisher.publish(request)
+    publisher.flush()
+    return requests
+
+
+def request_sweeps(publisher: Publisher, store: EvidenceStore, scenarios: list[dict], models: list[ModelConfig],
+                   sweep_seeds: int) -> list[dict]:
+    """The sweep of every model over every scenario on seeds 0..sweep_seeds-1 (sweep_request: one
+    request per model version and scenario, whoever asks). A request whose episodes have all ended
+    is not published again. Returns every request (published or not), scenarios first."""
+    seeds = list(range(sweep_seeds))
+    requests = [sweep_request(scenario, m.model_id, m.version, seeds) for scenario in scenarios for m in models]
     done = _ended_per_request(store, [r["request_id"] for r in requests])
     for request in requests:
         if done.get(request["request_id"], 0) < len(request["seeds"]):
@@ -340,15 +357,6 @@ class CycleReport:
     seconds: float
 
 
-def sweep_request(scenario: dict, model: ModelConfig, seeds: list[int], run_id: str) -> dict:
-    """The sweep of one model version over one scenario. Its id does not depend on the run, so
-    sweeping the same version over the same scenario and seeds again is the same request."""
-    request_id = "req-" + stable_id("sweep", scenario["scenario_id"], model.model_id, model.version, tuple(seeds))[:20]
-    return make_event("RolloutRequested", (request_id,), ORCHESTRATOR, run_id, request_id=request_id,
-                      scenario_id=scenario["scenario_id"], scenario=scenario, model_id=model.model_id, seeds=seeds,
-                      purpose="sweep", keyframe_every=0)
-
-
 def base_candidate(scenario: dict, run_id: str) -> dict:
     return make_event("CandidateProposed", (scenario["scenario_id"],), ORCHESTRATOR, run_id,
                       scenario_id=scenario["scenario_id"], parent_scenario_id="", operator=BASE_OPERATOR, params={},
@@ -391,13 +399,8 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
     spent_before = _episodes_spent(store)
     benchmark = q.active_benchmark(store)
     version = benchmark.version
-    seeds = list(range(config.sweep_seeds))
-    requests = [sweep_request(dict(a.spec), m, seeds, config.run_id) for a in benchmark.scenarios for m in models]
-    done = _ended_per_request(store, [r["request_id"] for r in requests])
-    for request in requests:
-        if done.get(request["request_id"], 0) < len(request["seeds"]):
-            publisher.publish(request)
-    publisher.flush()
+    requests = request_sweeps(publisher, store, [dict(a.spec) for a in benchmark.scenarios], models,
+                              config.sweep_seeds)
     on_event("sweep", {"version": version, "scenarios": len(benchmark.scenarios), "requests": len(requests)})
     deadline = deadline_in(config.stage_timeout_s)
     wait_for_episodes(store, requests, deadline, check=check)
@@ -480,3 +483,97 @@ def _wait_quiet(store: EvidenceStore) -> None:
         elif time.monotonic() - since >= QUIET_S:
             return
         time.sleep(POLL_S)
+
+
+# --- reviews, and the gate's decisions from the command line ------------------------------------
+#
+#   event = review_decision(store, "scn-1a2b", approved=True, reviewer="ada", note="looks right")
+#   publisher.publish(event); publisher.flush()
+#   wait_for_decisions(store, [event["envelope"]["event_id"]], timeout_s=30)
+#
+# A scenario gets one ReviewDecided (its id comes from the scenario alone), and only while the
+# gate's ReviewRequested is its latest decision: the log is checked before anything is published.
+# The gate (streams/gate) turns an approval into Promoted, a rejection into Rejected.
+
+REVIEW_PRODUCER = "review"
+ROBUSTNESS = "robustness"  # the critic whose checks a reviewer weighs
+# How long a command that published decisions waits for the evidence log to show them, s.
+DECISIONS_LANDING_S = 60.0
+
+
+@dataclass(frozen=True)
+class AwaitingReview:
+    """A candidate the gate asked a person about, with what it rests on."""
+
+    review: q.OpenReview
+    candidate: q.Candidate | None
+    robustness: q.Verdict | None  # its latest robustness verdict: the checks a reviewer weighs
+
+    @property
+    def checks(self) -> dict:
+        """The robustness verdict's checks (from its evidence), else those the gate recorded."""
+        for text in (self.robustness.evidence_json if self.robustness else "", self.review.checks_json):
+            try:
+                value = json.loads(text) if text else {}
+            except json.JSONDecodeError:
+                continue
+            checks = value.get("checks", value.get(ROBUSTNESS)) if isinstance(value, dict) else None
+            if isinstance(checks, dict) and checks:
+                return checks
+        return {}
+
+
+def awaiting_review(store: EvidenceStore) -> list[AwaitingReview]:
+    """Candidates awaiting review (a ReviewRequested no ReviewDecided or later decision answered),
+    by scenario id, with their candidate and robustness verdict."""
+    reviews = q.open_reviews(store)
+    if not reviews:
+        return []
+    ids = {r.scenario_id for r in reviews}
+    candidates = {c.scenario_id: c for c in q.candidates(store) if c.scenario_id in ids}
+    out = []
+    for r in reviews:
+        c = candidates.get(r.scenario_id)
+        robust = [v for v in (c.verdicts if c else ()) if v.critic == ROBUSTNESS]
+        out.append(AwaitingReview(r, c, robust[-1] if robust else None))
+    return out
+
+
+def review_decision(store: EvidenceStore, scenario_id: str, approved: bool, reviewer: str, note: str = "",
+                    at: datetime | None = None) -> dict:
+    """The ReviewDecided for a scenario awaiting review; ReviewRefused (naming why) for an unknown
+    scenario, one not awaiting review, or one reviewed already."""
+    if not reviewer.strip():
+        raise ReviewRefused("a review decision needs a reviewer's name (--reviewer)")
+    history = q.decisions(store, scenario_ids=[scenario_id])
+    reviewed = [d for d in history if d.event_type == "ReviewDecided"]
+    if reviewed:
+        d = reviewed[0]
+        raise ReviewRefused(f"{scenario_id} was reviewed already: {'approved' if d.approved else 'rejected'} by "
+                            f"{d.reviewer} at {d.event_time:%Y-%m-%d %H:%M:%S} UTC (a scenario gets one review "
+                            "decision)")
+    if not history:
+        if any(c.scenario_id == scenario_id for c in q.candidates(store)):
+            raise ReviewRefused(f"{scenario_id} is not awaiting review: the gate has not decided it yet")
+        waiting = [r.scenario_id for r in q.open_reviews(store)]
+        raise ReviewRefused(f"no candidate {scenario_id!r} in the evidence log (awaiting review: "
+                            f"{_quote(waiting) if waiting else 'none'})")
+    last = history[-1]
+    if last.event_type != "ReviewRequested":
+        raise ReviewRefused(f"{scenario_id} is not awaiting review: its latest decision is {last.event_type} "
+                            f"({last.reason})")
+    return make_event("ReviewDecided", (scenario_id,), REVIEW_PRODUCER, REVIEW_PRODUCER, event_time=at,
+                      scenario_id=scenario_id, approved=approved, reviewer=reviewer.strip(), note=note)
+
+
+def wait_for_decisions(store: EvidenceStore, event_ids: list[str], timeout_s: float = DECISIONS_LANDING_S,
+                       check: Check | None = None) -> None:
+    """Until every decision event published is in the evidence log (benchmark_decisions)."""
+    wanted = set(event_ids)
+
+    def missing() -> set[str]:
+        return wanted - {d.event_id for d in q.decisions(store)}
+
+    _wait(lambda: not missing(), timeout_s, check,
+          lambda: f"{len(missing())} published decision(s) are not in the evidence log (benchmark_decisions): "
+                  f"{_quote(sorted(missing()))}; is the pipeline (the evidence sink) running?")

@@ -274,7 +274,9 @@ def child_environ(settings: Settings, bootstrap: str) -> dict[str, str]:
     """The environment of a child: ours without any SEPA_* variable, plus the settings as SEPA_*
     (the broker resolved, the memory dir absolute) and this checkout first on the import path."""
     resolved = settings.model_copy(update={"bootstrap_servers": bootstrap,
-                                           "memory_dir": settings.memory_dir.resolve()})
+                                           "memory_dir": settings.memory_dir.resolve(),
+                                           # children run in the run dir: a relative path would move
+                                           "models_file": settings.models_file and settings.models_file.resolve()})
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEPA_")}
     env.update(settings_environ(resolved))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
@@ -435,6 +437,29 @@ def rollout_workers(settings: Settings, bootstrap: str) -> list[str]:
     if found:
         return found
     return [f"group member {m}" for m in group_members(bootstrap, GROUP_ID, settings.broker_timeout_s)]
+
+
+# The faust app id of the streams worker (streams.app.StreamsConfig.app_id): its consumer group.
+STREAMS_GROUP = "sepa-streams"
+
+
+def streams_workers(settings: Settings, bootstrap: str | None = None) -> list[str]:
+    """Streams workers (each runs the promotion gate) serving this memory dir: the one `up` started
+    and any started by hand with this memory dir (their ready files), else, given the broker, the
+    members of the streams group on brokers that report members (Apache Kafka does, Tansu does not)."""
+    found = set()
+    state = RunState.read(settings)
+    if state.streams_alive:
+        found.add(state.streams_pid)
+    for path in (settings.run_dir / "ready").glob(f"{STREAMS.name}-*.json"):
+        pid = int(path.stem.rsplit("-", 1)[1])
+        if is_running(pid, STREAMS.marker):
+            found.add(pid)
+    if found:
+        return [f"pid {pid}" for pid in sorted(found)]
+    if bootstrap is None:
+        return []
+    return [f"group member {m}" for m in group_members(bootstrap, STREAMS_GROUP, settings.broker_timeout_s)]
 
 
 def process_status(settings: Settings, state: RunState) -> dict:

@@ -64,6 +64,12 @@ class Settings(BaseModel):
     cluster_fragile_successes: bool = True
     # The gate: a verdict missing this long after the proposal defers the candidate.
     gate_verdict_timeout_s: float = Field(1800.0, gt=0, description="s")
+    # Sweeps (seeds 0..sweep_seeds-1 per model x active scenario): `run`'s default, `eval`'s default,
+    # and what the streams worker's sweeper asks for when a new model version is registered. Keep one
+    # value for all three: a sweep of other seeds is another request.
+    sweep_seeds: int = Field(20, ge=1, description="seeds per model x active scenario in a sweep")
+    # The model registry file every process reads (run, eval, sync-models, rollout, the rollout worker).
+    models_file: Path | None = Field(None, description="models.yaml; unset = producers/sim/configs/models.yaml")
 
     @field_validator("topic_prefix")
     @classmethod

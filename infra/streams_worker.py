@@ -35,6 +35,7 @@ from streams.exceptions import ConfigError
 from streams.failures.collector import CollectorConfig
 from streams.failures.summaries import LlmSummarizer
 from streams.gate.gate import GateConfig
+from streams.gate.sweeps import SweeperConfig
 from streams.mutations.agent import MutatorConfig
 from streams.mutations.chooser import ChooserConfig
 from streams.mutations.operators import LLMParaphraser, OperatorConfig
@@ -88,12 +89,18 @@ def mutator_config(settings: Settings) -> MutatorConfig:
     return MutatorConfig(chooser=ChooserConfig(operators=operators))
 
 
+def gate_config(settings: Settings) -> GateConfig:
+    """The promotion gate's config: the one the worker's gate and `sepa-eval promote` decide with
+    (the same config gives the same decisions, event for event)."""
+    return GateConfig(semantic_required=settings.judge_configured, verdict_timeout_s=settings.gate_verdict_timeout_s)
+
+
 def streams_config(settings: Settings, bootstrap_servers: str, **overrides) -> StreamsConfig:
     """The StreamsConfig the settings give, for the broker the edge resolved."""
-    values = {"mutator": mutator_config(settings), "run_mutator": True, "run_gate": True,
+    values = {"mutator": mutator_config(settings), "run_mutator": True, "run_gate": True, "run_sweeper": True,
               "collector": CollectorConfig(fragile_successes=settings.cluster_fragile_successes),
-              "gate": GateConfig(semantic_required=settings.judge_configured,
-                                 verdict_timeout_s=settings.gate_verdict_timeout_s), **overrides}
+              "gate": gate_config(settings), "sweeper": SweeperConfig(sweep_seeds=settings.sweep_seeds),
+              **overrides}
     return StreamsConfig(bootstrap_servers=bootstrap_servers, topic_prefix=settings.topic_prefix,
                          processing_guarantee=processing_guarantee(settings),
                          broker_session_timeout_s=settings.session_timeout_ms / 1000.0,
@@ -114,7 +121,7 @@ def build_app(settings: Settings, bootstrap_servers: str, codec: Codec, ready_fi
         return Consumer(consumer_config(bootstrap_servers, f"{config.app_id}-clusterer-restore",
                                         settings.session_timeout_ms, **extra))
 
-    def store_factory():  # the mutator and the gate read the log: through the pipeline when it owns it
+    def store_factory():  # the mutator, the gate and the sweeper read the log: through the pipeline when it owns it
         from infra.processes import open_store
 
         return open_store(settings)

@@ -3,7 +3,13 @@
 A RolloutRequested names a scenario, a model and seeds. Each seed is a task for the pool's
 processes, which record their episodes through the recorder. The request's offset is committed
 only after every episode was published and acknowledged, so a worker that dies mid-request runs
-it again on restart: same seeds, same events, same ids, counted once.
+it again on restart: same seeds, same events, same ids, counted once. A request id this process
+has served already (the same sweep asked for twice: ``sweep_request`` ids do not depend on the
+asker) is committed without running it again.
+
+Models come from the registry file (``models_path``, default the built-in models.yaml): a
+scripted policy, the oracle, or an external policy behind an openpi WebSocket server (kind
+"websocket"), all run the same way.
 
 The pool's processes live as long as the pool and keep what is costly to make: each keeps its
 last ENV_CACHE_SIZE envs by (scenario_id, keyframes), so a scenario's env is built (~3 s) once
@@ -31,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +62,11 @@ MAX_POLL_INTERVAL_MS = 3_600_000
 ENV_CACHE_SIZE = 4
 # How long RolloutPool.warm waits for every process to have built its env.
 WARM_TIMEOUT_S = 300.0
+# Envelope producer and run_id of every sweep request (sweep_request): the same for every asker.
+SWEEPS = "sweeps"
+# Request ids a worker remembers having served, newest kept: a request published twice (the
+# orchestrator's sweep and the sweeper's, the same id) is run once per worker process.
+SERVED_MEMORY = 10_000
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,20 @@ def rollout_request(scenario: dict, model_id: str, seeds: list[int], purpose: st
     return make_event("RolloutRequested", (request_id,), PRODUCER, run_id, request_id=request_id,
                       scenario_id=scenario["scenario_id"], scenario=scenario, model_id=model_id, seeds=seeds,
                       purpose=purpose, keyframe_every=keyframe_every)
+
+
+def sweep_request(scenario: dict, model_id: str, model_version: str, seeds: list[int],
+                  event_time: datetime | None = None) -> dict:
+    """The sweep of one model version over one scenario, whoever asks for it (the orchestrator's
+    cycle, `sepa-eval eval`, the streams worker's sweeper on a new registration). Its id and its
+    content depend on neither the run nor the asker (envelope producer and run_id are SWEEPS), so
+    every sweep of the same version over the same scenario and seeds is the same request, and a
+    re-sweep dedups; its episodes carry run_id SWEEPS. The request names no model version: the
+    rollout worker runs the version its registry file holds (``model_version`` is in the id)."""
+    request_id = "req-" + stable_id("sweep", scenario["scenario_id"], model_id, model_version, tuple(seeds))[:20]
+    return make_event("RolloutRequested", (request_id,), SWEEPS, SWEEPS, event_time=event_time,
+                      request_id=request_id, scenario_id=scenario["scenario_id"], scenario=scenario,
+                      model_id=model_id, seeds=list(seeds), purpose="sweep", keyframe_every=0)
 
 
 # -- what a pool process keeps between requests ---------------------------------------------
@@ -182,9 +208,11 @@ class RolloutPool:
     The processes are started with the pool, import the simulator in the background at once, and
     live until close()."""
 
-    def __init__(self, producer_config: dict, prefix: str, codec: Codec, keyframe_root: Path, processes: int = 2):
+    def __init__(self, producer_config: dict, prefix: str, codec: Codec, keyframe_root: Path, processes: int = 2,
+                 models_path: Path | None = None):
         self.producer_config, self.prefix, self.codec = dict(producer_config), prefix, codec
         self.keyframe_root = str(keyframe_root)
+        self.models_path = str(models_path) if models_path is not None else None  # None: the built-in models.yaml
         self.processes = processes
         ctx = multiprocessing.get_context("spawn")
         self.executor = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init_process,
@@ -202,7 +230,7 @@ class RolloutPool:
         seed, so episodes that end early (success) do not leave a process idle while another
         still has a fixed share to run. Returns when every episode is published and acknowledged."""
         futures = [self.executor.submit(run_seeds, self.producer_config, self.prefix, self.codec, request, [seed],
-                                        self.keyframe_root)
+                                        self.keyframe_root, self.models_path)
                    for seed in request["seeds"]]
         try:
             summaries = [s for f in futures for s in f.result()]
@@ -236,8 +264,9 @@ class RolloutWorker:
     def __init__(self, pool: RolloutPool, consumer: Consumer, publisher: Publisher, codec: Codec):
         self.pool, self.consumer, self.publisher, self.codec = pool, consumer, publisher, codec
         self.topic = BY_NAME["rollout.requests"].full_name(publisher.prefix)
-        self.served = 0
-        self.skipped = 0
+        self.served = 0  # messages taken off the topic and committed
+        self.skipped = 0  # of them, requests of another benchmark or served by this process already
+        self._served_ids: OrderedDict[str, None] = OrderedDict()  # the last SERVED_MEMORY request ids run
 
     def run(self, stop: threading.Event, on_assigned: Callable[[], None] | None = None) -> None:
         """Serves until ``stop`` is set. ``on_assigned`` is called once, when the group first gave this
@@ -257,12 +286,18 @@ class RolloutWorker:
                     continue
                 try:
                     request = self.codec.decode(msg.value())
-                    if serves(request, self.benchmarks):
+                    if not serves(request, self.benchmarks):
+                        self.skipped += 1  # another benchmark's worker serves it
+                    elif request["request_id"] in self._served_ids:
+                        # The same id is the same request (same scenario, model, seeds): its episodes
+                        # were published and acknowledged by this process already.
+                        log.info("request %s: served already, not run again", request["request_id"])
+                        self.skipped += 1
+                    else:
                         summaries = self.pool.run(request)
+                        self._remember(request["request_id"])
                         log.info("request %s: %d episodes, %d successes", request["request_id"], len(summaries),
                                  sum(s.success for s in summaries))
-                    else:
-                        self.skipped += 1
                 except (SchemaError, KeyError, ValueError) as exc:
                     self._dead_letter(msg, f"{type(exc).__name__}: {exc}")
                 self.consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
@@ -270,6 +305,11 @@ class RolloutWorker:
                 self.served += 1
         finally:
             self.consumer.close()
+
+    def _remember(self, request_id: str) -> None:
+        self._served_ids[request_id] = None
+        while len(self._served_ids) > SERVED_MEMORY:
+            self._served_ids.popitem(last=False)
 
     def _dead_letter(self, msg, reason: str) -> None:
         log.warning("dead-letter %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason)

@@ -5,6 +5,14 @@ whose ``actions`` holds an action chunk (H x action_dim, or one action). openpi-
 the protocol; its ActionChunkBroker hands out one action per control step and asks again when
 the chunk is spent. Anything the server does wrong (disconnects, errors, a malformed or
 non-finite chunk) raises PolicyServerError, which the rollout ends as ``policy_error``.
+
+What a request holds: the scenario's instruction as ``prompt``, and the observation either whole
+(every observation under its own name) or in the layout the server expects (``observation``: its
+key -> the observation keys whose values are flattened and concatenated under it, in order), as a
+models.yaml entry of kind "websocket" names it (producers/sim/models.py).
+
+    policy = WebSocketPolicy("ws://127.0.0.1:8000", action_dim=7,
+                             observation={"observation/state": ("robot0_eef_pos", "robot0_gripper_qpos")})
 """
 
 from __future__ import annotations
@@ -24,9 +32,12 @@ class PolicyServerError(ProducerError):
 class WebSocketPolicy:
     """A Policy (reset/act) backed by an openpi policy server."""
 
-    def __init__(self, uri: str, action_dim: int, connect_timeout_s: float = 10.0):
+    def __init__(self, uri: str, action_dim: int, connect_timeout_s: float = 10.0,
+                 observation: dict[str, tuple[str, ...]] | None = None, name: str = "websocket"):
         self.uri = uri
         self.action_dim = action_dim
+        self.observation = observation
+        self.name = name
         self.connect_timeout_s = connect_timeout_s
         self._client: WebsocketClientPolicy | None = None
         self._chunk: np.ndarray | None = None
@@ -54,7 +65,7 @@ class WebSocketPolicy:
         return action
 
     def _request(self, obs: dict[str, Any]) -> np.ndarray:
-        request = {k: np.asarray(v) for k, v in obs.items()}
+        request = self._layout(obs)
         request["prompt"] = self._instruction
         try:
             reply = self._connect().infer(request)
@@ -75,6 +86,20 @@ class WebSocketPolicy:
         if not np.all(np.isfinite(chunk)):
             raise PolicyServerError(f"policy server {self.uri}: action chunk holds non-finite values")
         return chunk
+
+    def _layout(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        if self.observation is None:
+            return {k: np.asarray(v) for k, v in obs.items()}
+        request = {}
+        for key, sources in self.observation.items():
+            missing = [s for s in sources if s not in obs]
+            if missing:
+                raise PolicyServerError(f"policy server {self.uri} expects {key!r} from observation "
+                                        f"{', '.join(map(repr, missing))}, which the simulator does not give "
+                                        f"(it gives {', '.join(sorted(obs))})")
+            parts = [np.asarray(obs[s], dtype=float).ravel() for s in sources]
+            request[key] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return request
 
     def close(self) -> None:
         if self._client is not None:

@@ -55,6 +55,7 @@ from streams.failures.router import DetectorStage, RouterConfig
 from streams.failures.summaries import FeatureDescriber, LlmSummarizer
 from streams.gate.agent import GateRunner, register_gate
 from streams.gate.gate import GateConfig, PromotionGate
+from streams.gate.sweeps import SweeperConfig, SweepRunner, register_sweeper
 from streams.mutations.agent import MutatorConfig, MutatorRunner, register_mutator
 
 GUARANTEES = ("at_least_once", "exactly_once")
@@ -83,10 +84,12 @@ class StreamsConfig:
     run_detector: bool = True
     run_clusterer: bool = True  # in exactly one worker
     # The evolving loop's agents read the evidence log (make_app needs a store_factory for them);
-    # the streams worker `sepa-eval up` starts runs both (infra/streams_worker.py).
+    # the streams worker `sepa-eval up` starts runs all three (infra/streams_worker.py).
     run_mutator: bool = False  # answers evolution cycles (benchmark.cycles: one partition, one mutator at a time)
     run_gate: bool = False  # decides candidates (the worker holding benchmark.decisions' partition)
+    run_sweeper: bool = False  # sweeps a newly registered model version (models.registry: one partition)
     gate: GateConfig = field(default_factory=GateConfig)
+    sweeper: SweeperConfig = field(default_factory=SweeperConfig)
     mutator: MutatorConfig = field(default_factory=MutatorConfig)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     router: RouterConfig = field(default_factory=RouterConfig)
@@ -125,16 +128,16 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
     Registry's ids when one is configured). ``llm`` (optional) rewrites cluster summaries with a
     language model; ``consumer_factory(extra settings)`` returns a confluent_kafka Consumer for the
     broker (the clusterer's restore reads its log with it; needed when it runs); ``store_factory()``
-    opens the evidence store (the mutator and the gate read the log through it; needed when they
-    run); ``feasibility(spec)`` is the mutator's pre-check (producers.sim.feasibility: the caller
+    opens the evidence store (the mutator, the gate and the sweeper read the log through it; needed
+    when they run); ``feasibility(spec)`` is the mutator's pre-check (producers.sim.feasibility: the caller
     imports the simulator, before faust takes over the process's stdout). All are built by the
     caller, never from the environment (an LLM paraphraser comes inside ``config.mutator``)."""
     if config.run_clusterer and consumer_factory is None:
         raise ConfigError("make_app: the clusterer restores itself from failures.clusters and needs a "
                           "consumer_factory (extra settings -> confluent_kafka Consumer), built at the edge")
-    if (config.run_mutator or config.run_gate) and store_factory is None:
-        raise ConfigError("make_app: the mutator and the gate read the evidence log and need a store_factory "
-                          "(-> EvidenceStore), built at the edge")
+    if (config.run_mutator or config.run_gate or config.run_sweeper) and store_factory is None:
+        raise ConfigError("make_app: the mutator, the gate and the sweeper read the evidence log and need a "
+                          "store_factory (-> EvidenceStore), built at the edge")
     config.data_dir.mkdir(parents=True, exist_ok=True)  # faust does not create its parent
     app = faust.App(
         config.app_id,
@@ -159,7 +162,7 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
 
     outputs = {name: _raw_topic(app, full(name))
                for name in ("failures.moments", "failures.episodes", "failures.clusters", "deadletter",
-                            "scenarios.candidates", "benchmark.cycles", "benchmark.decisions")}
+                            "scenarios.candidates", "benchmark.cycles", "benchmark.decisions", "rollout.requests")}
     if config.run_detector:
         stage = DetectorStage(config.detector, config.router, prefix, config.run_id, codec=codec)
         register_detector(app, _raw_topic(app, full("rollout.steps"), full("rollout.episodes")), outputs, stage,
@@ -181,4 +184,8 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
         register_gate(app, _raw_topic(app, full("benchmark.decisions")), outputs, gate, config.tick_interval_s,
                       prefix)
         app.gate = gate
+    if config.run_sweeper:
+        sweeper = SweepRunner(store_factory, codec, config.sweeper, topic_prefix=prefix)
+        register_sweeper(app, _raw_topic(app, full("models.registry")), outputs, sweeper)
+        app.sweeper = sweeper
     return app

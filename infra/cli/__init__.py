@@ -9,12 +9,16 @@ Usage:
     sepa-eval replay --verify    # rebuild the store from the topics; exit 1 if the state differs
     sepa-eval replay --republish # store -> topics (the embedded broker forgets on restart)
     sepa-eval report --output eval_memory/report.md
+    sepa-eval eval --model scripted-expert --ci   # exit 1 on a significant regression
+    sepa-eval review list        # candidates awaiting review; `review approve|reject ID`
+    sepa-eval promote --dry-run  # what the promotion gate would decide now
     sepa-eval down
 
 Global options come before the command: `sepa-eval --memory-dir /tmp/m status`.
 
 The commands live by area: stack.py (up, down, status, topics), events.py (synth, sink, replay,
-sync-models, rollout, rollout-worker), loop.py (run), read.py (report). Each command builds what
+sync-models, rollout, rollout-worker), loop.py (run, critics), read.py (report, diff, exports, prune),
+verbs.py (review, promote, eval). Each command builds what
 it needs from the settings here, at the edge: the settings, one codec per process (``codec_of``),
 the clients and the store. Command functions do not call each other; what several commands do
 lives in infra/orchestrator.py and infra/processes.py.
@@ -94,4 +98,4 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-from infra.cli import events, libero, loop, read, stack  # noqa: E402,F401  (registers the commands)
+from infra.cli import events, libero, loop, read, stack, verbs  # noqa: E402,F401  (registers the commands)

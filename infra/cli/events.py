@@ -108,12 +108,14 @@ def _scenario(env: str, scenario_file: Path | None, horizon: int) -> dict:
 
 @app.command("sync-models")
 def sync_models(ctx: typer.Context,
-                models_file: Path | None = typer.Option(None, help="default: the built-in models.yaml")):
+                models_file: Path | None = typer.Option(
+                    None, help="default: the models_file setting, else the built-in models.yaml")):
     """Publish a ModelRegistered event for every model in the registry file."""
     from producers.sim.models import load_models
 
     settings = settings_of(ctx)
     try:
+        models_file = models_file or settings.models_file
         models = load_models(models_file) if models_file else load_models()
         publisher = make_publisher(settings, processes.require_bootstrap(settings), codec_of(ctx))
         orchestrator.register_models(publisher, models)
@@ -150,7 +152,8 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
 
     settings = settings_of(ctx)
     try:
-        orchestrator.check_models([model], load_models())
+        orchestrator.check_models([model], load_models(settings.models_file) if settings.models_file
+                                  else load_models())
         scenario = _scenario(env, scenario_file, horizon)
         bootstrap = processes.require_bootstrap(settings)
         require_rollout_worker(settings, bootstrap)
@@ -194,7 +197,7 @@ def rollout_worker(ctx: typer.Context, processes_: int | None = typer.Option(
         fail(exc)
     codec = codec_of(ctx)
     pool = RolloutPool(producer_config(bootstrap), settings.topic_prefix, codec, settings.memory_dir / "keyframes",
-                       processes_ or settings.rollout_processes)
+                       processes_ or settings.rollout_processes, models_path=settings.models_file)
     consumer_conf = consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms,
                                     **{"max.poll.interval.ms": MAX_POLL_INTERVAL_MS})
     worker = RolloutWorker(pool, Consumer(consumer_conf),

@@ -23,7 +23,8 @@ RUN_HORIZON = 200
 @app.command()
 def run(ctx: typer.Context,
         cycles: int = typer.Option(2, min=1, help="evolution cycles"),
-        sweep_seeds: int = typer.Option(20, min=1, help="seeds per model x active scenario in each sweep"),
+        sweep_seeds: int | None = typer.Option(
+            None, min=1, help="seeds per model x active scenario in each sweep (default: the sweep_seeds setting)"),
         max_candidates: int = typer.Option(4, min=1, help="candidates the mutator may propose per cycle"),
         generator: str = typer.Option("failure-guided", help="failure-guided, or blind (the baseline arm)"),
         env: str = typer.Option("Lift", help="the base benchmark's task(s), comma-separated"),
@@ -38,10 +39,11 @@ def run(ctx: typer.Context,
 
     settings = settings_of(ctx)
     try:
-        models = load_models()
+        models = load_models(settings.models_file) if settings.models_file else load_models()
         adapter = RobosuiteAdapter()
         base = tuple(adapter.base_scenario(task.strip(), RUN_HORIZON) for task in env.split(",") if task.strip())
-        config = orchestrator.EvolveConfig(run_id=run_id or f"run-{seed}", cycles=cycles, sweep_seeds=sweep_seeds,
+        config = orchestrator.EvolveConfig(run_id=run_id or f"run-{seed}", cycles=cycles,
+                                           sweep_seeds=sweep_seeds or settings.sweep_seeds,
                                            max_candidates=max_candidates, generator=generator, seed=seed, base=base,
                                            stage_timeout_s=timeout, fragile=settings.cluster_fragile_successes)
         result = processes.up(settings)

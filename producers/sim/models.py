@@ -5,6 +5,19 @@
     event_params = models[0].params()                 # dict[str, str] for ModelRegistered.params
     by_skill = skill_order(models)                    # model ids, best first (the ``rank`` keys)
 
+Kinds: "oracle" and "scripted" are the built-in policies (``skill`` says how well a scripted one
+executes); "websocket" is an external policy behind an openpi policy server, named by ``uri`` with
+the ``action_dim`` it answers with and, optionally, the ``observation`` layout it expects (its
+keys -> the simulator's observation keys, a list of them concatenated; left out: every observation
+under its own name). It has no ``skill`` and no ``rank``; it is swept and validated like any model:
+
+    - model_id: my-vla
+      version: "3"
+      kind: websocket
+      uri: ws://127.0.0.1:8000
+      action_dim: 7
+      observation: {observation/state: [robot0_eef_pos, robot0_eef_quat, robot0_gripper_qpos]}
+
 ``rank`` (optional) records a model's known true skill: 0 for the oracle, 1 for the best scripted
 model, and so on. Ranked models must be strictly ordered: a larger rank is at least as bad in every
 Skill component and worse in one (``Skill.at_least_as_good_as``), so "true skill" is not a matter
@@ -15,7 +28,8 @@ a grasp, so it has no retries to compare). A model of unknown skill (an external
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,28 +39,42 @@ from producers.sim.exceptions import ModelConfigError
 from producers.sim.policies import POLICY_KINDS, OracleScripted, Policy, ScriptedPolicy, Skill
 
 DEFAULT_MODELS_PATH = Path(__file__).parent / "configs" / "models.yaml"
-_KEYS = {"model_id", "version", "kind", "description", "skill", "rank"}
-_OPTIONAL_KEYS = {"description", "rank"}
+WEBSOCKET = "websocket"
+MODEL_KINDS = (*POLICY_KINDS, WEBSOCKET)
+_KEYS = {"model_id", "version", "kind", "description", "skill", "rank", "uri", "action_dim", "observation"}
+_OPTIONAL_KEYS = {"description", "rank", "observation"}
+# The keys of each kind (scripted and oracle: a skill; websocket: a policy server).
+_SCRIPTED_KEYS = {"model_id", "version", "kind", "description", "skill", "rank"}
+_WEBSOCKET_KEYS = {"model_id", "version", "kind", "description", "uri", "action_dim", "observation"}
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     model_id: str
     version: str
-    kind: str  # one of policies.POLICY_KINDS
-    skill: Skill
+    kind: str  # one of MODEL_KINDS
+    skill: Skill | None = None  # scripted and oracle only
     description: str = ""
     rank: int | None = None  # known true skill, 0 = the oracle, larger = worse; None = unknown
+    uri: str | None = None  # websocket only: the openpi policy server (ws:// or wss://)
+    action_dim: int | None = None  # websocket only: the width of the actions it answers with
+    # websocket only: the server's key -> the observation keys concatenated under it
+    observation: dict[str, tuple[str, ...]] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("model_id", "version"):
             v = getattr(self, name)
             if not isinstance(v, str) or not v.strip():
                 raise ModelConfigError(f"{name} must be a non-empty string, got {v!r}")
-        if self.kind not in POLICY_KINDS:
-            raise ModelConfigError(f"model {self.model_id!r}: kind must be one of {POLICY_KINDS}, got {self.kind!r}")
-        if not isinstance(self.skill, Skill):
+        if self.kind not in MODEL_KINDS:
+            raise ModelConfigError(f"model {self.model_id!r}: kind must be one of {MODEL_KINDS}, got {self.kind!r}")
+        if self.kind == WEBSOCKET:
+            self._check_policy_server()
+        elif not isinstance(self.skill, Skill):
             raise ModelConfigError(f"model {self.model_id!r}: skill must be a Skill, got {self.skill!r}")
+        elif (self.uri, self.action_dim, self.observation) != (None, None, None):
+            raise ModelConfigError(f"model {self.model_id!r}: uri, action_dim and observation are for kind "
+                                   f"{WEBSOCKET!r}, not {self.kind!r}")
         if self.kind == "oracle" and self.skill != Skill():
             raise ModelConfigError(f"model {self.model_id!r}: an oracle has perfect skill, got {self.skill!r}")
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int)
@@ -56,14 +84,47 @@ class ModelConfig:
             raise ModelConfigError(f"model {self.model_id!r}: description must be a string, "
                                    f"got {self.description!r}")
 
+    def _check_policy_server(self) -> None:
+        where = f"model {self.model_id!r} (kind {WEBSOCKET!r})"
+        if self.skill is not None or self.rank is not None:
+            raise ModelConfigError(f"{where}: an external policy has no skill and no rank (rank orders models by "
+                                   "their scripted Skill)")
+        if not isinstance(self.uri, str) or not self.uri.startswith(("ws://", "wss://")):
+            raise ModelConfigError(f"{where}: uri must be a ws:// or wss:// address, got {self.uri!r}")
+        if isinstance(self.action_dim, bool) or not isinstance(self.action_dim, int) or self.action_dim < 1:
+            raise ModelConfigError(f"{where}: action_dim must be a positive integer, got {self.action_dim!r}")
+        if self.observation is None:
+            return
+        if not isinstance(self.observation, dict) or not self.observation:
+            raise ModelConfigError(f"{where}: observation must be a non-empty mapping of the server's keys to "
+                                   f"observation keys, got {self.observation!r}")
+        layout = {}
+        for key, source in self.observation.items():
+            keys = (source,) if isinstance(source, str) else source
+            if not isinstance(key, str) or not key or key == "prompt" or not isinstance(keys, (list, tuple)) \
+                    or not keys or not all(isinstance(k, str) and k for k in keys):
+                raise ModelConfigError(f"{where}: observation {key!r}: {source!r} must be an observation key or a "
+                                       "list of them (and 'prompt' is the instruction's)")
+            layout[key] = tuple(keys)
+        object.__setattr__(self, "observation", layout)
+
     def make_policy(self) -> Policy:
         """A fresh policy instance named after model_id."""
         if self.kind == "oracle":
             return OracleScripted(name=self.model_id)
+        if self.kind == WEBSOCKET:
+            from producers.websocket_policy import WebSocketPolicy  # openpi-client: only where it is used
+
+            return WebSocketPolicy(self.uri, self.action_dim, observation=self.observation, name=self.model_id)
         return ScriptedPolicy(self.skill, name=self.model_id)
 
     def params(self) -> dict[str, str]:
-        """The skill as ModelRegistered.params (a string map)."""
+        """ModelRegistered.params (a string map): the skill, or where the policy server is and what it takes."""
+        if self.kind == WEBSOCKET:
+            params = {"uri": self.uri, "action_dim": str(self.action_dim)}
+            if self.observation is not None:
+                params["observation"] = json.dumps({k: list(v) for k, v in self.observation.items()}, sort_keys=True)
+            return params
         return self.skill.to_params()
 
 
@@ -71,13 +132,19 @@ def _entry(path: Path, index: int, raw: Any) -> ModelConfig:
     where = f"{path} models[{index}]"
     if not isinstance(raw, dict):
         raise ModelConfigError(f"{where}: must be a mapping, got {raw!r}")
-    missing, unknown = _KEYS - _OPTIONAL_KEYS - set(raw), set(raw) - _KEYS
+    keys = _WEBSOCKET_KEYS if raw.get("kind") == WEBSOCKET else _SCRIPTED_KEYS
+    missing, unknown = keys - _OPTIONAL_KEYS - set(raw), set(raw) - keys
     if missing or unknown:
-        raise ModelConfigError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}")
-    skill_raw = raw["skill"]
-    if not isinstance(skill_raw, dict):
-        raise ModelConfigError(f"{where}: skill must be a mapping, got {skill_raw!r}")
+        kind = f" (kind {raw.get('kind')!r})" if raw.get("kind") in MODEL_KINDS else ""
+        raise ModelConfigError(f"{where}{kind}: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}")
     try:
+        if raw["kind"] == WEBSOCKET:
+            return ModelConfig(model_id=raw["model_id"], version=raw["version"], kind=WEBSOCKET,
+                               description=raw.get("description", ""), uri=raw["uri"], action_dim=raw["action_dim"],
+                               observation=raw.get("observation"))
+        skill_raw = raw["skill"]
+        if not isinstance(skill_raw, dict):
+            raise ModelConfigError(f"{where}: skill must be a mapping, got {skill_raw!r}")
         skill = Skill(**skill_raw)
         return ModelConfig(model_id=raw["model_id"], version=raw["version"], kind=raw["kind"], skill=skill,
                            description=raw.get("description", ""), rank=raw.get("rank"))

@@ -1,4 +1,5 @@
-"""Rollouts end to end: determinism across processes, policy-server failures, the worker loop."""
+"""Rollouts end to end: determinism across processes, policy-server failures, the worker loop, an
+external policy named in models.yaml swept through the rollout worker into the evidence log."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from producers.rollout_worker import (
     cache_info,
     rollout_request,
     run_seeds,
+    sweep_request,
 )
 from producers.sim.envs import make_env
 from producers.sim.rollout import Episode
@@ -116,6 +118,7 @@ class PolicyServer:
         self.reply, self.close_after = reply, close_after
         self.requests = 0
         self.prompts: list[str] = []
+        self.keys: set[str] = set()  # every observation key a request carried
         self.server = serve(self._handle, "127.0.0.1", 0, compression=None, max_size=None)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         host, port = self.server.socket.getsockname()[:2]
@@ -127,6 +130,7 @@ class PolicyServer:
             self.requests += 1
             obs = msgpack_numpy.unpackb(message)
             self.prompts.append(obs.get("prompt"))
+            self.keys |= set(obs)
             if self.close_after is not None and self.requests > self.close_after:
                 conn.close()
                 return
@@ -275,3 +279,66 @@ def test_a_cached_env_publishes_what_a_fresh_process_publishes(tansu, tmp_path):
                               key=lambda e: (e["episode_id"], e["envelope"]["event_type"], e.get("t", -1))))
     assert len(streams[0]) == sum(s.steps for s in cached) + 2 * len(cached)
     assert digest(streams[0]) == digest(streams[1])
+
+
+# 5. An external policy in models.yaml (kind websocket) is swept like any model: through the rollout
+#    worker, in its layout, into the evidence log; a request it served already is not run again.
+
+WEBSOCKET_MODELS = """models:
+  - model_id: oracle
+    version: "1"
+    kind: oracle
+    rank: 0
+    skill: {{}}
+  - model_id: ws-policy
+    version: "4"
+    kind: websocket
+    uri: {uri}
+    action_dim: 7
+    observation: {{observation/state: [robot0_eef_pos, robot0_gripper_qpos]}}
+"""
+
+
+def test_a_websocket_model_is_swept_through_the_rollout_worker_into_the_evidence_log(tansu, store, tmp_path):
+    from sinks import make_sink
+
+    from consumers import benchmark_state as q
+
+    prefix = fresh_prefix(tansu)
+    stop = threading.Event()
+    sink = make_sink(store, tansu, prefix)
+    sink_thread = threading.Thread(target=sink.run, args=(stop,), daemon=True)
+    sink_thread.start()
+    spec = lift_spec(20).to_dict()
+    with PolicyServer(lambda: np.zeros((4, 7))) as server:
+        models = tmp_path / "models.yaml"
+        models.write_text(WEBSOCKET_MODELS.format(uri=server.uri))
+        request = sweep_request(spec, "ws-policy", "4", [0, 1])
+        publisher = Publisher(make_producer(tansu), prefix)
+        publisher.publish(request)
+        publisher.publish(request)  # asked twice (the orchestrator and the sweeper): run once
+        publisher.flush()
+        pool = RolloutPool(producer_config(tansu), prefix, Codec(), tmp_path / "kf", processes=1, models_path=models)
+        consumer = Consumer(consumer_config(tansu, GROUP_ID, SESSION_MS,
+                                            **{"max.poll.interval.ms": MAX_POLL_INTERVAL_MS}))
+        worker = RolloutWorker(pool, consumer, Publisher(make_producer(tansu), prefix), Codec())
+        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 120
+            while worker.served < 2 and time.monotonic() < deadline and thread.is_alive():
+                time.sleep(0.2)
+            assert worker.served == 2 and worker.skipped == 1
+            while len(q.trials(store, model_ids=["ws-policy"])) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            thread.join(timeout=15)
+            sink_thread.join(timeout=30)
+            pool.close()
+    trials = q.trials(store, model_ids=["ws-policy"])
+    assert [(t.seed, t.model_version, t.termination, t.steps, t.request_id) for t in trials] == [
+        (0, "4", "timeout", 20, request["request_id"]), (1, "4", "timeout", 20, request["request_id"])]
+    assert server.requests == 10  # two episodes of five 4-action chunks: the second copy ran nothing
+    assert server.keys == {"observation/state", "prompt"}  # the layout models.yaml names
+    assert q.rollouts_spent(store)[0].ended_episodes == 2

@@ -1,0 +1,140 @@
+"""The sweeper in the streams worker: a newly registered model version is evaluated unasked.
+
+    runner = SweepRunner(store_factory, codec, SweeperConfig(sweep_seeds=20), topic_prefix="sepa.")
+    register_sweeper(app, registry_topic, outputs, runner)
+
+It reads models.registry (one partition: one sweeper at a time, registrations in order). For a
+ModelRegistered of (model_id, version) it asks for the sweep of that version over every scenario of
+the active benchmark (read from the evidence log through the store_factory the gate uses) on which
+the version has no trials yet and whose sweep is not requested yet. The requests are
+``producers.rollout_worker.sweep_request``'s, the ones the orchestrator's cycle and `sepa-eval eval`
+publish: the same ids and the same content whoever asks, so when both ask, it is one request (the
+rollout worker runs an id it has served once, the evidence log counts it once).
+
+Not swept: a registration older than the model's latest one (a replay of old registrations, or a
+version replaced since), and anything before the first promotion (no active benchmark yet: the
+orchestrator's first cycle sweeps every registered model once the base scenarios are promoted).
+The rollout worker runs the version its registry file holds (a request names the model, not the
+version), so sweeps are asked for the latest registration only.
+
+Each request takes its event time from the registration (a re-read registration re-derives the same
+events). A registration that cannot be decided because the store does not answer is retried for
+``store_retry_s`` before it is given up (logged); a malformed message is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import faust
+
+from consumers import benchmark_state as q
+from consumers.evidence.store import EvidenceStore
+from producers.rollout_worker import sweep_request
+from schemas.catalog import BY_NAME
+from schemas.codec import Codec
+from streams.deadletter import Intake, Outgoing, RawMessage
+from streams.exceptions import ConfigError
+
+log = logging.getLogger("sepa.streams.sweeps")
+CONSUMER = "sweeper"
+SOURCE_TOPIC = "models.registry"
+OUTPUT_TOPIC = "rollout.requests"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweeperConfig:
+    sweep_seeds: int = 20  # seeds 0..n-1 per active scenario (Settings.sweep_seeds: the orchestrator's too)
+    store_retry_s: float = 60.0  # how long a registration is retried while the store does not answer, s
+    run_id: str = "sweeper"  # of its dead letters
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sweep_seeds, bool) or not isinstance(self.sweep_seeds, int) or self.sweep_seeds < 1:
+            raise ConfigError(f"SweeperConfig.sweep_seeds must be an integer >= 1, got {self.sweep_seeds!r}")
+        if not self.store_retry_s >= 0:
+            raise ConfigError(f"SweeperConfig.store_retry_s must be >= 0, got {self.store_retry_s!r}")
+
+
+class SweepRunner:
+    def __init__(self, store_factory: Callable[[], EvidenceStore], codec: Codec, config: SweeperConfig,
+                 topic_prefix: str = "sepa."):
+        self.store_factory = store_factory
+        self.codec = codec
+        self.config = config
+        source = BY_NAME[SOURCE_TOPIC]
+        self.intake = Intake(codec, CONSUMER, config.run_id, {source.full_name(topic_prefix): source})
+        self._store: EvidenceStore | None = None
+        self.stats = {"registrations": 0, "requests": 0}
+
+    @property
+    def store(self) -> EvidenceStore:
+        if self._store is None:
+            self._store = self.store_factory()
+        return self._store
+
+    def on_message(self, raw: RawMessage) -> list[Outgoing]:
+        event, dead = self.intake.admit(raw)
+        if dead is not None:
+            return [dead]
+        self.stats["registrations"] += 1
+        deadline = time.monotonic() + self.config.store_retry_s
+        while True:
+            try:
+                requests = self.sweeps(event)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    log.exception("%s@%s: no sweep asked for; the store did not answer for %.0f s (the next "
+                                  "cycle's sweep covers it)", event["model_id"], event["version"],
+                                  self.config.store_retry_s)
+                    return []
+                log.warning("%s@%s: the store did not answer; retrying", event["model_id"], event["version"],
+                            exc_info=True)
+                time.sleep(1.0)
+        self.stats["requests"] += len(requests)
+        if requests:
+            log.info("%s@%s registered: sweeping %d active scenario(s) on %d seeds", event["model_id"],
+                     event["version"], len(requests), self.config.sweep_seeds)
+        return [Outgoing(OUTPUT_TOPIC, r["scenario_id"].encode(), self.codec.encode(r)) for r in requests]
+
+    def sweeps(self, registered: dict) -> list[dict]:
+        """The sweep requests a registration calls for (none when it is not the model's latest, when
+        nothing is promoted yet, or when the version has trials or a request on every active scenario)."""
+        model_id, version = registered["model_id"], registered["version"]
+        at = registered["envelope"]["event_time"]
+        newer = [v for v in q.model_versions(self.store, model_id=model_id)
+                 if v.version != version and v.registered_at is not None and v.registered_at > at]
+        if newer:
+            log.info("%s@%s: not swept, %s@%s is registered since", model_id, version, model_id, newer[-1].version)
+            return []
+        benchmark = q.active_benchmark(self.store)
+        if benchmark is None:
+            return []
+        ids = list(benchmark.scenario_ids)
+        tried = {s.scenario_id for s in q.scores(self.store, model_ids=[model_id], scenario_ids=ids,
+                                                  model_versions={model_id: version})
+                 if s.episodes or s.invalid}
+        seeds = list(range(self.config.sweep_seeds))
+        wanted = [sweep_request(dict(a.spec), model_id, version, seeds, event_time=at)
+                  for a in benchmark.scenarios if a.scenario_id not in tried]
+        if not wanted:
+            return []
+        asked = q.requested(self.store, [r["request_id"] for r in wanted])
+        return [r for r in wanted if r["request_id"] not in asked]
+
+
+def register_sweeper(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
+                     runner: SweepRunner) -> None:
+    from streams.failures.agents import raw_message
+
+    @app.agent(source, name="sweeper")
+    async def sweep(stream):
+        loop = asyncio.get_running_loop()
+        async for event in stream.events():  # acknowledged after its requests were handed to the producer
+            messages = await loop.run_in_executor(None, runner.on_message, raw_message(event))
+            for m in messages:
+                await outputs[m.topic].send(key=m.key, value=m.value)

@@ -1,0 +1,91 @@
+"""models.yaml entries of kind "websocket": an openpi policy server with its action dim and the
+observation layout it expects; refused with the entry and the value at fault when malformed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from producers.sim.exceptions import ModelConfigError
+from producers.sim.models import load_models, skill_order
+
+ORACLE = """  - model_id: oracle
+    version: "1"
+    kind: oracle
+    rank: 0
+    skill: {}
+"""
+
+
+def registry(tmp_path: Path, entry: str) -> Path:
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n" + ORACLE + entry)
+    return path
+
+
+VLA = """  - model_id: my-vla
+    version: "3"
+    kind: websocket
+    description: an external policy
+    uri: ws://127.0.0.1:8000
+    action_dim: 7
+    observation: {observation/state: [robot0_eef_pos, robot0_gripper_qpos], observation/goal: goal_pos}
+"""
+
+
+def test_a_websocket_entry_names_its_server_and_makes_a_websocket_policy(tmp_path):
+    oracle, vla = load_models(registry(tmp_path, VLA))
+    assert (vla.kind, vla.uri, vla.action_dim, vla.rank, vla.skill) == ("websocket", "ws://127.0.0.1:8000", 7,
+                                                                          None, None)
+    assert vla.observation == {"observation/state": ("robot0_eef_pos", "robot0_gripper_qpos"),
+                               "observation/goal": ("goal_pos",)}
+    assert skill_order([oracle, vla]) == ["oracle"]  # no rank: not part of the known skill order
+    params = vla.params()
+    assert params["uri"] == "ws://127.0.0.1:8000" and params["action_dim"] == "7"
+    assert json.loads(params["observation"])["observation/state"] == ["robot0_eef_pos", "robot0_gripper_qpos"]
+    policy = vla.make_policy()  # connects on the first reset, not here
+    assert (type(policy).__name__, policy.name, policy.action_dim) == ("WebSocketPolicy", "my-vla", 7)
+    request = policy._layout({"robot0_eef_pos": np.array([0.1, 0.2, 0.3]), "robot0_gripper_qpos": np.array([0.04]),
+                              "goal_pos": np.array([0.0, 0.0, 1.0]), "object-state": np.zeros(10)})
+    assert sorted(request) == ["observation/goal", "observation/state"]
+    assert request["observation/state"].tolist() == [0.1, 0.2, 0.3, 0.04]
+
+
+@pytest.mark.parametrize("change, error", [
+    ("    uri: http://127.0.0.1:8000\n", r"uri must be a ws:// or wss:// address, got 'http://127.0.0.1:8000'"),
+    ("    action_dim: 0\n", r"action_dim must be a positive integer, got 0"),
+    ("    rank: 5\n", r"unknown keys \['rank'\]"),
+    ("    skill: {action_noise: 0.1}\n", r"unknown keys \['skill'\]"),
+    ("    observation: {prompt: robot0_eef_pos}\n", r"'prompt' is the instruction's"),
+    ("    observation: {observation/state: []}\n", r"must be an observation key or a list of them"),
+])
+def test_a_malformed_websocket_entry_is_refused_naming_the_entry_and_value(tmp_path, change, error):
+    lines = [line for line in VLA.splitlines(keepends=True)
+             if not line.strip().startswith(change.strip().split(":")[0] + ":")]
+    with pytest.raises(ModelConfigError, match=r"models\[1\].*" + error):
+        load_models(registry(tmp_path, "".join(lines) + change))
+
+
+def test_a_missing_server_and_a_scripted_entry_with_a_server_are_refused(tmp_path):
+    no_uri = "".join(line for line in VLA.splitlines(keepends=True) if "uri:" not in line)
+    with pytest.raises(ModelConfigError, match=r"models\[1\] \(kind 'websocket'\): missing keys \['uri'\]"):
+        load_models(registry(tmp_path, no_uri))
+    scripted = """  - model_id: s
+    version: "1"
+    kind: scripted
+    skill: {action_noise: 0.1}
+    uri: ws://127.0.0.1:8000
+"""
+    with pytest.raises(ModelConfigError, match=r"models\[1\] \(kind 'scripted'\): .*unknown keys \['uri'\]"):
+        load_models(registry(tmp_path, scripted))
+
+
+def test_a_layout_naming_an_observation_the_simulator_lacks_is_a_policy_error():
+    from producers.websocket_policy import PolicyServerError, WebSocketPolicy
+
+    policy = WebSocketPolicy("ws://127.0.0.1:1", 7, observation={"observation/image": ("agentview_image",)})
+    with pytest.raises(PolicyServerError, match="expects 'observation/image' from observation 'agentview_image'"):
+        policy._layout({"robot0_eef_pos": np.zeros(3)})
