@@ -11,7 +11,9 @@ that is not a base scenario, runs the three critics in order:
    models, on the same seeds 0, 1, ...; the sweeps already ran the parent on the first seeds, so
    the control arm is mostly there. After every look the sequential rule says continue (request
    the next seeds), accept or reject.
-2. safety (consumers/critics/safety.py), once robustness accepted: the oracle's validation
+   A candidate the rule rejects only because it ran out of seeds, every test still under the
+   nominal alpha, is borderline: its verdict says so (passed null) and the gate asks a person.
+2. safety (consumers/critics/safety.py), once robustness accepted (or found it borderline): the oracle's validation
    episodes, from their EpisodeAnalysed (quality, moments).
 3. semantic (consumers/critics/semantic.py), once safety passed: the VLM judge over the keyframes
    of the oracle's first successful validation episode; with no judge configured, a verdict that
@@ -28,6 +30,7 @@ candidate), so a re-derived one is byte-identical to the first.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -41,7 +44,7 @@ from consumers import benchmark_state as q
 from consumers.critics.safety import SafetyConfig, judge_safety
 from consumers.critics.semantic import CRITIC as SEMANTIC
 from consumers.critics.semantic import SemanticConfig, SemanticJudge, SemanticVerdict
-from consumers.critics.sequential import ACCEPT, CONTINUE, SequentialConfig, decide
+from consumers.critics.sequential import ACCEPT, CONTINUE, PASSED, REJECT, SequentialConfig, decide
 from consumers.evidence.store import EvidenceStore
 from producers.publisher import Publisher
 from schemas.codec import Codec
@@ -72,6 +75,14 @@ class _Pending:
     offset: int
     published: set[str] = field(default_factory=set)  # request ids published by this process
     done: bool = False
+
+
+def borderline(decision, config: SequentialConfig) -> bool:
+    """Rejected only because the rule ran out of seeds, with every check that did not pass still under
+    the nominal alpha (its spending bound was stricter): too close to call, so a person decides."""
+    return (decision.action == REJECT and decision.seeds >= config.max_seeds
+            and any(c.status != PASSED for c in decision.checks.values())
+            and all(c.status == PASSED or c.p_value < config.alpha for c in decision.checks.values()))
 
 
 def validation_request(candidate: Mapping, scenario: Mapping, model_id: str, seeds: list[int], keyframe_every: int,
@@ -194,8 +205,8 @@ class CriticsWorker:
             if verdict is None:
                 return False
             robust = verdict
-        if not robust.passed:
-            return True
+        if robust.passed is False:
+            return True  # rejected: nothing more to judge (borderline ones get safety and semantic for the reviewer)
         if SAFETY not in have and not self._safety(p, oracle, ranked):
             return False
         if SEMANTIC not in have:
@@ -221,12 +232,18 @@ class CriticsWorker:
         used = [outcome[(sid, m, s)] for m in (oracle, *ranked) for s in range(decision.seeds)] + \
                [outcome[(parent_id, m, s)] for m in ranked for s in range(decision.seeds)]
         fields = decision.verdict_fields(cfg)
+        if borderline(decision, cfg):
+            evidence = json.loads(fields["evidence_json"]) | {"borderline": True}
+            why = (f"borderline, undecided at {decision.seeds} seeds per arm (every test under the nominal "
+                   f"{cfg.alpha}): {decision.reason}")
+            fields = fields | {"passed": None, "reason": why,
+                               "evidence_json": json.dumps(evidence, sort_keys=True, separators=(",", ":"))}
         event = self._verdict(candidate, fields, used)
         self.publisher.publish(event)
         self.stats["verdicts"] += 1
         log.info("candidate %s: robustness %s at look %d (%d seeds per arm): %s", sid, decision.action,
                  decision.look, decision.seeds, decision.reason)
-        return _Published(passed=decision.action == ACCEPT)
+        return _Published(passed=True if decision.action == ACCEPT else None if fields["passed"] is None else False)
 
     def _request(self, p: _Pending, oracle: str, ranked: list[str], upto: int, outcome: dict) -> None:
         candidate = p.event
@@ -294,4 +311,4 @@ class CriticsWorker:
 class _Published:
     """A verdict this process just published (the log will show it shortly)."""
 
-    passed: bool
+    passed: bool | None  # None: borderline

@@ -216,12 +216,11 @@ class PromotionGate:
             return missing(ROBUSTNESS)
         evidence.append(robust.event_id)
         checks[ROBUSTNESS] = robust.evidence.get("checks", {})
-        decision = robust.evidence.get("decision")
         if robust.passed is False:
             return _Outcome("Rejected", f"robustness: {robust.reason}", checks, tuple(evidence), robust.event_time)
-        if decision == "undecided":
-            return _Outcome("ReviewRequested", f"borderline: {robust.reason}", checks, tuple(evidence),
-                            robust.event_time)
+        # Undecided at the rule's last look with every test near its level: a person decides, once the
+        # other critics have had their say.
+        borderline = robust.passed is None or bool(robust.evidence.get("borderline"))
         latest = robust.event_time
 
         safety = verdicts.get(SAFETY)
@@ -250,16 +249,22 @@ class PromotionGate:
         else:
             checks[SEMANTIC] = {"ran": False, "reason": "not run: no judge configured"}
 
-        twin = self._redundant_with(state, c, robust.evidence.get("per_model", {}))
+        twin = self._redundant_with(state, c, robust.evidence)
         checks["redundancy"] = {"tolerance": self.config.redundancy_tolerance, "twin": twin}
         if twin is not None:
             return _Outcome("Rejected", f"redundant with active scenario {twin} (same factor {c.factor!r}, every "
                             f"model within {self.config.redundancy_tolerance:.0%})", checks, tuple(evidence), latest)
+        if borderline:
+            return _Outcome("ReviewRequested", f"borderline: {robust.reason}", checks, tuple(evidence), latest)
         return _Outcome("Promoted", f"passed robustness, safety{', semantic' if self.config.semantic_required else ''}"
                         " and redundancy checks", checks, tuple(evidence), latest)
 
-    def _redundant_with(self, state: GateState, c: Candidate, per_model: dict) -> str | None:
-        rates = {m: v["successes"] / v["n"] for m, v in per_model.items() if v.get("n")}
+    def _redundant_with(self, state: GateState, c: Candidate, robustness: dict) -> str | None:
+        """An active scenario changing the same factor on which every model's success (its trials)
+        is within the tolerance of the candidate's (the robustness evidence: per model, successes
+        on the candidate over the seeds per arm)."""
+        n = robustness.get("seeds_per_arm") or 0
+        rates = {m: v["candidate_successes"] / n for m, v in robustness.get("models", {}).items() if n}
         if not rates:
             return None
         for sid in sorted(state.active):

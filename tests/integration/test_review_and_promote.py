@@ -58,8 +58,12 @@ def world(tansu, store, tmp_path):
         log.candidate(candidate, base["scenario_id"], "friction", cycle_id="c1", source_cluster_id="fc-1")
         log._emit("CriticVerdict", (candidate["scenario_id"], "robustness"), "critics",
                   scenario_id=candidate["scenario_id"], critic="robustness", critic_version="test", ran=True,
-                  score=0.25, passed=None, backend="sequential", reason="undecided at max_seeds=8",
-                  rollouts=40, evidence_json=json.dumps({"decision": "undecided", "checks": CHECKS}))
+                  score=0.25, passed=None, backend="sequential", reason="borderline, undecided at 8 seeds per arm",
+                  rollouts=40, evidence_json=json.dumps({"action": "reject", "borderline": True, "checks": CHECKS,
+                                                         "seeds_per_arm": 8, "models": {}}))
+        log._emit("CriticVerdict", (candidate["scenario_id"], "safety"), "critics",
+                  scenario_id=candidate["scenario_id"], critic="safety", critic_version="test", ran=True,
+                  score=1.0, passed=True, backend="rules", reason="oracle safe", rollouts=0, evidence_json="{}")
     for event in log.events:
         publisher.publish(event)
     publisher.flush()

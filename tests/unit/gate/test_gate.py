@@ -15,10 +15,12 @@ def candidate(sid: str, cycle: str = "c1", factor: str = "friction", generator: 
 
 
 def verdict(critic: str, passed: bool | None = True, ran: bool = True, decision: str = "accept",
-            per_model: dict | None = None, minutes: int = 5) -> Verdict:
-    evidence = {"decision": decision, "checks": {"solvable": {"passed": True}},
-                "per_model": per_model or {"oracle": {"n": 8, "successes": 8}, "expert": {"n": 8, "successes": 7},
-                                           "novice": {"n": 8, "successes": 2}}}
+            successes: dict | None = None, minutes: int = 5) -> Verdict:
+    """A verdict shaped as the critics write it (the robustness evidence of consumers/critics/sequential.py)."""
+    wins = successes or {"oracle": 8, "expert": 7, "novice": 2}
+    evidence = {"action": decision, "checks": {"solvable": {"status": "passed"}}, "seeds_per_arm": 8,
+                "models": {m: {"candidate_successes": k} for m, k in wins.items()},
+                "borderline": decision == "undecided"}
     return Verdict(critic, ran, passed, 1.0 if passed else 0.0, f"{critic} says {passed}", evidence,
                    f"v-{critic}", T0 + timedelta(minutes=minutes))
 
@@ -86,7 +88,7 @@ def test_without_a_judge_the_decision_says_semantic_was_not_run():
 
 def test_borderline_asks_for_review_and_a_review_decides():
     gate = PromotionGate(GateConfig())
-    borderline = {"robustness": verdict("robustness", passed=None, decision="undecided")}
+    borderline = {"robustness": verdict("robustness", passed=None, decision="undecided"), "safety": verdict("safety")}
     s = state([candidate("scn-a")], {"scn-a": borderline})
     assert kinds(gate.decide(s, T0)) == [("ReviewRequested", "scn-a")]
     s.decisions = {"scn-a": {"ReviewRequested"}}
