@@ -46,8 +46,14 @@ def _reason(exc: KafkaException) -> str:
     return error.str() if hasattr(error, "str") else str(exc)
 
 
+# librdkafka's own log lines (a closed connection at `down`, a purged queue) went to stderr beside
+# our one-line errors: what matters reaches us as errors and delivery reports, which we report.
+QUIET = {"log_level": 3, "log.connection.close": False}
+
+
 def producer_config(bootstrap: str, **extra) -> dict:
     return {
+        **QUIET,
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,  # acks=all and no duplicates from internal retries
         "linger.ms": 20,
@@ -60,6 +66,7 @@ def producer_config(bootstrap: str, **extra) -> dict:
 
 def consumer_config(bootstrap: str, group_id: str, session_timeout_ms: int, **extra) -> dict:
     return {
+        **QUIET,
         "bootstrap.servers": bootstrap,
         "group.id": group_id,
         "enable.auto.commit": False,  # offsets are committed only after the work is stored
