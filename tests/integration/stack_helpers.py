@@ -12,9 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """Our environment without SEPA_* variables (and COLUMNS), plus ``extra``."""
+    """Our environment without SEPA_* variables (and COLUMNS), plus ``extra``. The LIBERO worker is
+    off: where LIBERO is set up (CI builds it) `up` would start it, and these tests are not about it
+    (tests/integration/test_libero.py is)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEPA_") and k != "COLUMNS"}
-    return {**env, **extra}
+    return {**env, "SEPA_LIBERO_WORKER": "false", **extra}
 
 
 def sepa_command(memory_dir: Path, *args: str) -> list[str]:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def sepa(memory_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPA_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPA_")} | {"SEPA_LIBERO_WORKER": "false"}
     return subprocess.run([sys.executable, "-m", "infra.cli", "--memory-dir", str(memory_dir), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 

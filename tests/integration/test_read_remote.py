@@ -44,7 +44,7 @@ def test_the_read_side_answers_the_same_through_the_endpoint(served):
 
 
 def _sepa(memory: Path, database: str, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPA_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPA_")} | {"SEPA_LIBERO_WORKER": "false"}
     env["SEPA_CLICKHOUSE_DATABASE"] = database
     return subprocess.run([sys.executable, "-m", "infra.cli", "--memory-dir", str(memory), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
