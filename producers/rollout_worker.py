@@ -180,7 +180,9 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
     summaries = []
     try:
         for seed in seeds:
-            env = _cached_env(adapter, scenario, keyframe_every > 0)
+            # Every episode ends with a keyframe (RolloutRequested: keyframe_every 0 = the final one
+            # only): the report shows clusters by their representative's, the judge reads them.
+            env = _cached_env(adapter, scenario, True)
             identity = EpisodeIdentity(run_id=request["envelope"]["run_id"], benchmark=adapter.name,
                                        task=scenario["env_name"], scenario=scenario, model_id=model.model_id,
                                        model_version=model.version, seed=seed, request_id=request["request_id"],
@@ -192,11 +194,11 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
                 out = episode.outcome
                 recorder.end(out.success, out.termination, out.error, out.final_keyframe)
             if out.termination == "env_error":  # the simulator raised: do not reuse that env
-                _drop_env(scenario, keyframe_every > 0)
+                _drop_env(scenario, True)
             summaries.append(EpisodeSummary(identity.episode_id, seed, out.success, out.termination, out.steps,
                                             out.error))
     except BaseException:
-        _drop_env(scenario, keyframe_every > 0)
+        _drop_env(scenario, True)
         raise
     publisher.flush()
     return summaries
@@ -220,7 +222,7 @@ class RolloutPool:
         for _ in range(processes):  # the executor starts a process per task while none is idle
             self.executor.submit(os.getpid)
 
-    def warm(self, scenario: dict, keyframes: bool = False) -> list[int]:
+    def warm(self, scenario: dict, keyframes: bool = True) -> list[int]:
         """Builds the scenario's env in every process (blocks until done); returns their pids."""
         futures = [self.executor.submit(warm_env, scenario, keyframes) for _ in range(self.processes)]
         return sorted(f.result() for f in futures)

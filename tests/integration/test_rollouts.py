@@ -258,7 +258,7 @@ def test_a_cached_env_publishes_what_a_fresh_process_publishes(tansu, tmp_path):
         [pid] = pool.warm(spec)
         pool.run(rollout_request(spec, "scripted-clumsy", [5], run_id="history"))  # the env has a past
         cached = pool.run(request)
-        assert pool.executor.submit(cache_info).result() == (pid, [(spec["scenario_id"], False)])
+        assert pool.executor.submit(cache_info).result() == (pid, [(spec["scenario_id"], True)])
     finally:
         pool.close()
 
