@@ -949,6 +949,28 @@ def requested(store: EvidenceStore, request_ids: Sequence[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
+def in_flight_seeds(store: EvidenceStore, scenario_ids: Sequence[str],
+                    model_ids: Sequence[str]) -> dict[tuple[str, str], set[int]]:
+    """(scenario_id, model_id) -> the seeds some request in the log asked for whose episode of that
+    request has not ended yet: what a critic must not ask for again while it is being run."""
+    if not scenario_ids or not model_ids:
+        return {}
+    rows = store.query(
+        "SELECT r.scenario_id, r.model_id, seed FROM (SELECT DISTINCT request_id, scenario_id, model_id, seeds "
+        " FROM {database}.rollout_requests FINAL "
+        " WHERE scenario_id IN {scenarios:Array(String)} AND model_id IN {models:Array(String)}) AS r "
+        "ARRAY JOIN r.seeds AS seed "
+        "WHERE (r.request_id, seed) NOT IN (SELECT ifNull(request_id, ''), seed FROM {database}.rollout_episodes FINAL "
+        f" WHERE {STARTED} AND scenario_id IN {{scenarios:Array(String)}} AND episode_id IN "
+        f" (SELECT episode_id FROM {{database}}.rollout_episodes FINAL WHERE {ENDED} "
+        "  AND scenario_id IN {scenarios:Array(String)}))",
+        parameters={"scenarios": list(scenario_ids), "models": list(model_ids)})
+    out: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for scenario_id, model_id, seed in rows:
+        out[(scenario_id, model_id)].add(int(seed))
+    return dict(out)
+
+
 def scenario_spec(store: EvidenceStore, scenario_id: str) -> dict | None:
     """The ScenarioSpec of a scenario, from wherever the log carries it (a promotion, a candidate,
     a rollout request), or None when the log has never seen it."""

@@ -21,9 +21,10 @@ that is not a base scenario, runs the three critics in order:
 
 Everything a critic needs is read from the evidence log (consumers/benchmark_state.py), never kept
 here: a restarted worker re-reads its uncommitted candidates, finds the rollouts and verdicts that
-exist, and carries on; a request already in the log is not published again, a verdict already in
-the log is not judged again. A candidate's offset is committed once its last verdict is published,
-in offset order per partition (the same discipline as the failure detector's acknowledgements).
+exist, and carries on; a seed some request in the log already asks for (its episode not ended
+yet) is not asked for again, a verdict already in the log is not judged again. A candidate's
+offset is committed once its last verdict is published, in offset order per partition (the same
+discipline as the failure detector's acknowledgements).
 Verdicts and requests take their event time from their evidence (the latest episode used, the
 candidate), so a re-derived one is byte-identical to the first.
 """
@@ -73,7 +74,8 @@ class _Pending:
     event: dict
     partition: tuple[str, int]
     offset: int
-    published: set[str] = field(default_factory=set)  # request ids published by this process
+    # requests this process published that the log does not show yet: request id -> ((scenario, model), seeds)
+    unlanded: dict[str, tuple[tuple[str, str], tuple[int, ...]]] = field(default_factory=dict)
     done: bool = False
 
 
@@ -216,6 +218,9 @@ class CriticsWorker:
     def _robustness(self, p: _Pending, oracle: str, ranked: list[str]):
         candidate = p.event
         sid, parent_id = candidate["scenario_id"], candidate["parent_scenario_id"]
+        # What is in flight is read before what has ended: a seed whose episode ends in between is
+        # then in flight and ended, never neither (which would ask for it again).
+        flying = self._in_flight(p, [sid, parent_id], [oracle, *ranked])
         trials = q.trials(self.store, model_ids=[oracle, *ranked], scenario_ids=[sid, parent_id])
         outcome = {(t.scenario_id, t.model_id, t.seed): t for t in trials if t.valid and t.seed is not None}
         cfg = self.config.sequential
@@ -227,7 +232,7 @@ class CriticsWorker:
                           {m: [(outcome[(sid, m, s)].success, outcome[(parent_id, m, s)].success) for s in range(n)]
                            for m in ranked}, cfg)
         if decision.action == CONTINUE:
-            self._request(p, oracle, ranked, decision.next_seeds, outcome)
+            self._request(p, oracle, ranked, decision.next_seeds, outcome, flying)
             return None
         used = [outcome[(sid, m, s)] for m in (oracle, *ranked) for s in range(decision.seeds)] + \
                [outcome[(parent_id, m, s)] for m in ranked for s in range(decision.seeds)]
@@ -245,30 +250,47 @@ class CriticsWorker:
                  decision.look, decision.seeds, decision.reason)
         return _Published(passed=True if decision.action == ACCEPT else None if fields["passed"] is None else False)
 
-    def _request(self, p: _Pending, oracle: str, ranked: list[str], upto: int, outcome: dict) -> None:
+    def _in_flight(self, p: _Pending, scenario_ids: list[str], model_ids: list[str]) -> dict[tuple[str, str], set[int]]:
+        """(scenario, model) -> seeds asked for and not ended: by requests in the log, and by this
+        process's requests the log does not show yet."""
+        if p.unlanded:
+            for request_id in q.requested(self.store, list(p.unlanded)):
+                del p.unlanded[request_id]
+        flying = q.in_flight_seeds(self.store, scenario_ids, model_ids)
+        for key, seeds in p.unlanded.values():
+            flying.setdefault(key, set()).update(seeds)
+        return flying
+
+    def _request(self, p: _Pending, oracle: str, ranked: list[str], upto: int, outcome: dict,
+                 flying: dict[tuple[str, str], set[int]]) -> None:
+        """Requests the seeds below ``upto`` that no arm has yet: per arm, the seeds that are neither
+        ended (valid) nor in flight (asked for by any request in the log, or by this process before
+        the log shows it, whose episode has not ended). So a look is asked for once, a look served
+        halfway is not asked for again (by this worker or by one restarted in its place), and the
+        parent's seeds the sweep ran, or another candidate's control arm is running, are reused."""
         candidate = p.event
-        scenario, parent = candidate["scenario"], None
-        arms = [(scenario, m, self.config.oracle_keyframe_every if m == oracle else 0) for m in (oracle, *ranked)]
-        parent_id = candidate["parent_scenario_id"]
-        for m in ranked:
-            if any((parent_id, m, s) not in outcome for s in range(upto)):
-                parent = parent or self._parent_spec(parent_id)
-                if parent is None:
-                    log.warning("candidate %s: the parent %s is not in the log; no control arm",
-                                candidate["scenario_id"], parent_id)
-                    return
-                arms.append((parent, m, 0))
+        sid, parent_id = candidate["scenario_id"], candidate["parent_scenario_id"]
+        arms = [(candidate["scenario"], m, self.config.oracle_keyframe_every if m == oracle else 0)
+                for m in (oracle, *ranked)]
+        if any((parent_id, m, s) not in outcome for m in ranked for s in range(upto)):
+            parent = self._parent_spec(parent_id)
+            if parent is None:
+                log.warning("candidate %s: the parent %s is not in the log; no control arm", sid, parent_id)
+                return
+            arms += [(parent, m, 0) for m in ranked]
         wanted = []
         for spec, model, keyframes in arms:
-            seeds = [s for s in range(upto) if (spec["scenario_id"], model, s) not in outcome]
+            key = (spec["scenario_id"], model)
+            seeds = [s for s in range(upto) if (*key, s) not in outcome and s not in flying.get(key, ())]
             if seeds:
                 wanted.append(validation_request(candidate, spec, model, seeds, keyframes, self.config.run_id))
-        fresh = [r for r in wanted if r["request_id"] not in p.published]
-        known = q.requested(self.store, [r["request_id"] for r in fresh]) if fresh else set()
-        for request in fresh:
-            p.published.add(request["request_id"])
+        # a request already in the log (its episodes ended, some invalid) is not run again
+        known = q.requested(self.store, [r["request_id"] for r in wanted]) if wanted else set()
+        for request in wanted:
             if request["request_id"] not in known:
                 self.publisher.publish(request)
+                p.unlanded[request["request_id"]] = ((request["scenario_id"], request["model_id"]),
+                                                     tuple(request["seeds"]))
                 self.stats["requests"] += 1
 
     def _parent_spec(self, parent_id: str) -> dict | None:

@@ -56,8 +56,11 @@ def gate_state(store: EvidenceStore) -> GateState:
     decided: dict[str, set[str]] = {}
     deferred: dict[str, set[str]] = {}
     reviews: dict[str, Review] = {}
+    promoted_at: dict[str, datetime] = {}
     for d in q.decisions(store):
         decided.setdefault(d.scenario_id, set()).add(d.event_type)
+        if d.event_type == "Promoted":
+            promoted_at[d.scenario_id] = d.event_time
         if d.event_type == "Deferred":
             deferred.setdefault(d.scenario_id, set()).add(d.reason)
         elif d.event_type == "ReviewDecided":
@@ -67,7 +70,7 @@ def gate_state(store: EvidenceStore) -> GateState:
                for s in q.scores(store, model_ids=registered or None) if s.scenario_id in active}
     return GateState(version=benchmark.version if benchmark else 0, candidates=candidates, verdicts=verdicts,
                      decisions=decided, deferred_reasons=deferred, reviews=reviews, active=active, models=registered,
-                     success=success)
+                     success=success, promoted_at=promoted_at)
 
 
 def _json(text: str) -> dict:

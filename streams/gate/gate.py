@@ -49,6 +49,7 @@ GATE_VERSION = "gate/1.0"
 PRODUCER = "promotion-gate"
 ROBUSTNESS, SAFETY, SEMANTIC = "robustness", "safety", "semantic"
 TERMINAL = ("Promoted", "Rejected")
+BASE_GENERATOR = "base"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +128,7 @@ class GateState:
     active: dict[str, ActiveScenario]
     models: tuple[str, ...]  # registered model ids (the oracle included)
     success: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (scenario, model) -> (k, n)
+    promoted_at: dict[str, datetime] = field(default_factory=dict)  # scenario_id -> its Promoted's event time
 
     def pending(self) -> list[Candidate]:
         """Candidates with no terminal decision yet."""
@@ -152,16 +154,14 @@ class PromotionGate:
         """Every decision the log now calls for, in the order to publish them."""
         out: list[dict] = []
         version = state.version
-        promoted: list[str] = []
+        promoted: dict[str, dict[str, datetime]] = {}  # cycle -> scenario -> its Promoted's time, this call
         for batch in self._ready_batches(state, now):
             for candidate, outcome in batch:
                 if outcome.kind == "Promoted":
                     version += 1
-                    promoted.append(candidate.scenario_id)
+                    promoted.setdefault(_cycle_of(candidate), {})[candidate.scenario_id] = outcome.at
                 out.append(self._event(candidate, outcome, version))
-        if promoted:
-            out += self._retirements(state, version, promoted, out)
-        return out
+        return out + self._retirements(state, version, promoted)
 
     # -- per candidate ----------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ class PromotionGate:
         one of its pending candidates has an outcome other than "wait"."""
         by_cycle: dict[str, list[Candidate]] = {}
         for c in state.pending():
-            by_cycle.setdefault(c.cycle_id or f"~{c.scenario_id}", []).append(c)
+            by_cycle.setdefault(_cycle_of(c), []).append(c)
         batches = []
         for key in sorted(by_cycle, key=lambda k: (min(c.proposed_at for c in by_cycle[k]), k)):
             outcomes = [(c, self._judge(state, c, now)) for c in sorted(by_cycle[key], key=lambda c: c.scenario_id)]
@@ -190,7 +190,7 @@ class PromotionGate:
         return False
 
     def _judge(self, state: GateState, c: Candidate, now: datetime) -> _Outcome:
-        if c.generator == "base":
+        if c.generator == BASE_GENERATOR:
             return _Outcome("Promoted", "base benchmark scenario", {"base": True}, (c.event_id,), c.proposed_at)
         review = state.reviews.get(c.scenario_id)
         if review is not None and "ReviewRequested" in state.decisions.get(c.scenario_id, set()):
@@ -260,11 +260,12 @@ class PromotionGate:
                         " and redundancy checks", checks, tuple(evidence), latest)
 
     def _redundant_with(self, state: GateState, c: Candidate, robustness: dict) -> str | None:
-        """An active scenario changing the same factor on which every model's success (its trials)
-        is within the tolerance of the candidate's (the robustness evidence: per model, successes
-        on the candidate over the seeds per arm)."""
+        """An active scenario of the same factor whose success rates are, model for model, within
+        the tolerance of the candidate's (the robustness verdict's evidence: each registered model's
+        candidate successes over ``seeds_per_arm`` seeds, consumers/critics/sequential.py)."""
         n = robustness.get("seeds_per_arm") or 0
-        rates = {m: v["candidate_successes"] / n for m, v in robustness.get("models", {}).items() if n}
+        rates = {m: v["candidate_successes"] / n for m, v in (robustness.get("models") or {}).items()
+                 if n and isinstance(v, dict) and "candidate_successes" in v}
         if not rates:
             return None
         for sid in sorted(state.active):
@@ -274,36 +275,61 @@ class PromotionGate:
             other = {m: state.success[(sid, m)] for m in rates if (sid, m) in state.success}
             if len(other) < len(rates):
                 continue
-            if all(abs(rates[m] - k / n) <= self.config.redundancy_tolerance for m, (k, n) in other.items() if n):
+            if all(abs(rates[m] - k / total) <= self.config.redundancy_tolerance for m, (k, total) in other.items()
+                   if total):
                 return sid
         return None
 
     # -- retirement -------------------------------------------------------------------------
 
-    def _retirements(self, state: GateState, version: int, promoted: list[str], decided: list[dict]) -> list[dict]:
+    def _retirements(self, state: GateState, version: int, promoted: dict[str, dict[str, datetime]]) -> list[dict]:
+        """Retired for the active scenarios every registered model passes, riding with a cycle's
+        promotions (they passed the discriminative check: they take the saturated ones' place).
+
+        A function of the log, not of which of the cycle's decisions this call happens to make, so
+        a gate cut off halfway through publishing a cycle's decisions re-derives the same Retired
+        events after a restart: the reason names every promotion of the cycle (in the log or made
+        now), the time is the latest of them, and the latest cycle is looked at again on every tick
+        (a Retired lost after its promotions landed is published then). Base scenarios ride with no
+        cycle."""
         cfg = self.config
         models = state.models
-        retired = []
-        active = [sid for sid in sorted(state.active) if sid not in promoted]
+        took: dict[str, dict[str, datetime]] = {}  # cycle -> scenario -> its Promoted's time (log and now)
+        order: dict[str, tuple] = {}
+        for c in state.candidates.values():
+            if c.generator == BASE_GENERATOR:
+                continue
+            key = _cycle_of(c)
+            order[key] = min(order.get(key, (c.proposed_at, key)), (c.proposed_at, key))
+            at = state.promoted_at.get(c.scenario_id) or promoted.get(key, {}).get(c.scenario_id)
+            if at is not None:
+                took.setdefault(key, {})[c.scenario_id] = at
+        latest = max(order, key=order.get) if order else None
+        cycles = sorted({k for k in promoted if k in took} | ({latest} if latest in took else set()), key=order.get)
+        active = set(state.active) | {sid for by in promoted.values() for sid in by}
 
         def saturated(sid: str) -> bool:
             counts = [state.success.get((sid, m)) for m in models]
             return bool(models) and all(k is not None and k[1] >= cfg.retire_min_episodes
                                         and k[0] / k[1] >= cfg.retire_min_success for k in counts)
 
-        # Promoted scenarios passed the discriminative check: they take the saturated ones' place.
-        for sid in active:
-            if not saturated(sid):
-                continue
-            version += 1
-            counts = {m: list(state.success[(sid, m)]) for m in models}
-            reason = (f"every registered model passes it (>= {cfg.retire_min_success:.0%} over >= "
-                      f"{cfg.retire_min_episodes} episodes); promoted {', '.join(promoted)} take its place")
-            at = max(e["envelope"]["event_time"] for e in decided if e["envelope"]["event_type"] == "Promoted")
-            retired.append(make_event("Retired", (sid, version), PRODUCER, cfg.run_id, event_time=at, scenario_id=sid,
-                                      reason=reason, evidence_event_ids=[], gate_version=GATE_VERSION,
-                                      checks_json=json.dumps({"success": counts}, sort_keys=True),
-                                      benchmark_version=version))
+        retired: list[dict] = []
+        for key in cycles:
+            names = sorted(took[key])
+            at = max(took[key].values())
+            for sid in sorted(active - set(names)):
+                if not saturated(sid):
+                    continue
+                version += 1
+                active.discard(sid)
+                counts = {m: list(state.success[(sid, m)]) for m in models}
+                reason = (f"every registered model passes it (>= {cfg.retire_min_success:.0%} over >= "
+                          f"{cfg.retire_min_episodes} episodes); promoted {', '.join(names)} take its place")
+                retired.append(make_event("Retired", (sid, version), PRODUCER, cfg.run_id, event_time=at,
+                                          scenario_id=sid, reason=reason, evidence_event_ids=[],
+                                          gate_version=GATE_VERSION,
+                                          checks_json=json.dumps({"success": counts}, sort_keys=True),
+                                          benchmark_version=version))
         return retired
 
     # -- events -----------------------------------------------------------------------------
@@ -319,3 +345,8 @@ class PromotionGate:
                               factor=c.factor)
         key = (c.scenario_id, o.reason) if o.kind == "Deferred" else (c.scenario_id,)
         return make_event(o.kind, key, PRODUCER, run_id, event_time=o.at, **common)
+
+
+def _cycle_of(c: Candidate) -> str:
+    """The group a candidate is decided in: its evolution cycle, or itself when it has none."""
+    return c.cycle_id or f"~{c.scenario_id}"

@@ -1,7 +1,7 @@
 """The CLI as a user and a script run it: `up` (one at a time per memory dir, done only when
 every child answers, a dead child named with its log), rollouts served by the rollout worker `up`
 started, `status`, `down`; every command that needs the broker failing fast in one unwrapped line
-that names it; and `run` reporting a finished state."""
+that names it; and `run` evolving the benchmark for a cycle, reproducibly."""
 
 from __future__ import annotations
 
@@ -128,30 +128,85 @@ def test_up_names_a_child_that_dies_with_its_log_and_stops_what_it_started(tmp_p
     assert not any(state[k] for k in ("broker_pid", "pipeline_pid", "streams_pid", "rollout_pid")), state
 
 
-def failure_analysis_is_emitted() -> bool:
-    """`run` waits for EpisodeAnalysed (detector) and intake ClusterAssigned (clusterer) events."""
-    sources = " ".join(p.read_text() for p in (ROOT / "streams" / "failures").glob("*.py"))
-    return '"EpisodeAnalysed"' in sources and "intake=" in sources
+RUN_ARGS = ("run", "--cycles", "1", "--sweep-seeds", "20", "--max-candidates", "2")
+RUN_TIMEOUT_S = 900
 
 
-@pytest.mark.skipif(not failure_analysis_is_emitted(),
-                    reason="the detector does not emit EpisodeAnalysed and the clusterer no intake ClusterAssigned "
-                           "yet (detector and clusterer branches); `run` waits for both")
-def test_run_reports_a_finished_state_with_clusters(tmp_path):
-    memory_dir = tmp_path / "m"
+def loop_facts(memory_dir: Path) -> dict:
+    """What a finished `run` left in the evidence log (read after `down`)."""
+    return json.loads(run_chdb(memory_dir, """
+import json
+from consumers import benchmark_state as q
+cycles = q.cycles(store)
+candidates = [c for c in q.candidates(store) if c.generator != "base"]
+print(json.dumps({
+    "cycles": [[c.cycle_id, c.answered, list(c.proposed)] for c in cycles],
+    "candidates": {c.scenario_id: c.status for c in candidates},
+    # by version and id: their event times come from the episodes' wall clock, which differs run to run
+    "decisions": sorted([d.event_type, d.scenario_id, d.benchmark_version, d.event_id]
+                        for d in q.decisions(store, event_types=("Promoted", "Retired", "Rejected", "Deferred",
+                                                                 "ReviewRequested"))),
+    "validation_requests": sorted(r[0] for r in store.query(
+        "SELECT DISTINCT request_id FROM {database}.rollout_requests FINAL WHERE purpose = 'validation'")),
+    "episodes": store.query("SELECT count() FROM {database}.rollout_episodes FINAL "
+                            "WHERE envelope.event_type = 'EpisodeEnded'")[0][0],
+    "clusters": store.query("SELECT count() FROM {database}.failure_clusters FINAL "
+                            "WHERE envelope.event_type = 'ClusterUpdated' AND size > 0")[0][0],
+}))
+"""))
+
+
+def run_loop(memory_dir: Path) -> tuple[subprocess.CompletedProcess, dict, subprocess.CompletedProcess]:
+    """`run --cycles 1` with small settings, then `status --json` and `replay --verify`, then `down`."""
     try:
-        result = sepa(memory_dir, "run", "--episodes", "4", timeout=900)
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-        report = (memory_dir / "report.md").read_text()
-        for model in ("oracle", "scripted-novice", "scripted-clumsy"):
-            assert f"| {model} |" in report
-        counts = {t: int(n) for t, n in re.findall(r"^\| (\w+) \| (\d+) \|$", report, re.MULTILINE)}
-        time.sleep(10)  # anything still on its way would land now
+        result = sepa(memory_dir, *RUN_ARGS, timeout=RUN_TIMEOUT_S)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        time.sleep(5)  # anything still on its way would land now
         status = json.loads(sepa(memory_dir, "status", "--json").stdout)
-        assert counts == status["evidence"], "the report printed a moving state"
-        assert counts["rollout_episodes"] == 24 and counts["failure_episodes"] == 12 and counts["failure_moments"] > 0
+        replayed = sepa(memory_dir, "replay", "--verify", timeout=300)
     finally:
         sepa(memory_dir, "down")
-    clusters = run_chdb(memory_dir, "print(store.query(\"SELECT count() FROM sepa.failure_clusters FINAL WHERE "
-                                    "envelope.event_type = 'ClusterUpdated' AND size > 0\")[0][0])")
-    assert int(clusters) > 0, "a run with this many failures shows clusters"
+    return result, status, replayed
+
+
+def test_run_evolves_the_benchmark_one_cycle_and_reports_what_the_log_holds(tmp_path):
+    memory_dir = tmp_path / "m"
+    result, status, replayed = run_loop(memory_dir)
+    out = result.stdout
+    report = (memory_dir / "report.md").read_text()
+    counts = {t: int(n) for t, n in re.findall(r"^\| (\w+) \| (\d+) \|$", report, re.MULTILINE)}
+    assert counts and counts == status["evidence"], "the report printed a moving state"
+    assert replayed.returncode == 0 and "identical" in replayed.stdout, replayed.stdout + replayed.stderr
+
+    facts = loop_facts(memory_dir)
+    [(cycle_id, answered, proposed)] = facts["cycles"]
+    assert cycle_id == "run-0-c1" and answered, facts["cycles"]
+    assert proposed and sorted(proposed) == sorted(facts["candidates"]), "every proposed candidate is in the log"
+    undecided = [sid for sid, status in facts["candidates"].items() if status == "pending"]
+    assert undecided == [], f"candidates without a decision: {undecided}"
+    promoted = sorted(sid for kind, sid, *_ in facts["decisions"] if kind == "Promoted" and sid in proposed)
+    line = re.search(r"^cycle 1: (\d+) proposed .*; promoted (.*); retired (.*); benchmark v1 -> v(\d+);", out,
+                     re.MULTILINE)
+    assert line, out
+    assert int(line.group(1)) == len(proposed)
+    assert sorted(line.group(2).split(", ")) == (promoted or ["none"]), "the printed promotions are the log's"
+    versions = sorted(v for kind, _, v, _ in facts["decisions"] if kind in ("Promoted", "Retired"))
+    assert versions == list(range(1, len(versions) + 1)) and int(line.group(4)) == versions[-1]
+    assert facts["clusters"] > 0, "a run with this many failures shows clusters"
+    assert processes_holding(memory_dir) == []
+
+
+@pytest.mark.slow
+def test_two_runs_with_the_same_seed_promote_the_same_scenarios_with_the_same_versions(tmp_path):
+    """What may vary between the two runs and what may not: the order in which the rollout worker's
+    pool finishes episodes, and so the clusterer's output positions, vary; the candidates, the
+    validation requests, every decision (ids, versions) and the rollouts spent do not."""
+    facts = []
+    for name in ("first", "second"):
+        run_loop(tmp_path / name)
+        facts.append(loop_facts(tmp_path / name))
+    first, second = facts
+    assert first["candidates"] == second["candidates"]
+    assert first["decisions"] == second["decisions"], "same promotions, same versions, same decision ids"
+    assert first["validation_requests"] == second["validation_requests"]
+    assert first["episodes"] == second["episodes"], "the same rollouts spent"

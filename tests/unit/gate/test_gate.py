@@ -131,3 +131,46 @@ def test_deciding_the_same_log_twice_gives_identical_events():
 def test_a_decided_candidate_is_not_decided_again():
     s = state([candidate("scn-a")], {"scn-a": good("scn-a")}, decisions={"scn-a": {"Promoted"}})
     assert PromotionGate(GateConfig()).decide(s, T0) == []
+
+
+def test_redundancy_reads_the_robustness_critics_own_evidence():
+    """The verdict as consumers/critics/sequential.py writes it: the weak model lost all 10 seeds."""
+    import json
+
+    from loop_harness import critic_verdicts
+
+    robust, safety, _ = critic_verdicts("scn-a", T0, accept=True)
+    verdicts = {v["critic"]: Verdict(v["critic"], v["ran"], v["passed"], v["score"], v["reason"],
+                                     json.loads(v["evidence_json"]), v["envelope"]["event_id"],
+                                     v["envelope"]["event_time"]) for v in (robust, safety)}
+    active = {"scn-base": ActiveScenario("scn-base", {}, "base", ""),
+              "scn-old": ActiveScenario("scn-old", {}, "friction", "scn-base")}
+    models = ("oracle", "strong", "weak")
+    twin = {("scn-old", "oracle"): (20, 20), ("scn-old", "strong"): (19, 20), ("scn-old", "weak"): (1, 20)}
+    s = state([candidate("scn-a")], {"scn-a": verdicts}, active=active, success=twin)
+    s.models = models
+    events = PromotionGate(GateConfig()).decide(s, T0)
+    assert kinds(events) == [("Rejected", "scn-a")] and "redundant with active scenario scn-old" in events[0]["reason"]
+    s.success = {**twin, ("scn-old", "weak"): (12, 20)}  # measures something else
+    assert kinds(PromotionGate(GateConfig()).decide(s, T0)) == [("Promoted", "scn-a")]
+
+
+def test_a_retirement_is_the_same_whichever_of_its_cycles_decisions_the_log_already_has():
+    gate = PromotionGate(GateConfig())
+    success = {("scn-base", m): (20, 20) for m in MODELS}
+    cands = [candidate("scn-a"), candidate("scn-b", factor="mass")]
+    verdicts = {"scn-a": good("scn-a"), "scn-b": good("scn-b")}
+    full = gate.decide(state(cands, verdicts, success=success), T0)
+    assert kinds(full) == [("Promoted", "scn-a"), ("Promoted", "scn-b"), ("Retired", "scn-base")]
+    assert "promoted scn-a, scn-b take its place" in full[2]["reason"]
+    base = ActiveScenario("scn-base", {}, "base", "")
+    for landed in (1, 2):  # a gate cut off after one promotion, or after both (the Retired lost)
+        s = state(cands, verdicts, success=success, version=1 + landed,
+                  decisions={e["scenario_id"]: {"Promoted"} for e in full[:landed]},
+                  active={"scn-base": base, **{e["scenario_id"]: ActiveScenario(e["scenario_id"], {}, "x", "scn-base")
+                                               for e in full[:landed]}})
+        s.promoted_at = {e["scenario_id"]: e["envelope"]["event_time"] for e in full[:landed]}
+        assert gate.decide(s, T0) == full[landed:], f"{landed} landed"
+    s.active.pop("scn-base")  # everything landed: nothing more
+    s.decisions = {"scn-a": {"Promoted"}, "scn-b": {"Promoted"}, "scn-base": {"Promoted", "Retired"}}
+    assert gate.decide(s, T0) == []

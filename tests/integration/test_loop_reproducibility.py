@@ -1,0 +1,107 @@
+"""The deterministic parts of the loop give the same answer for the same log, without the simulator:
+the mutator's answer to a cycle (its feasibility pre-check stood in for), and the critics' verdicts
+and the gate's decisions of two independent worlds fed the same candidates and the same outcomes
+(every event id, every content, every event time). tests/integration/test_cli.py runs the whole
+loop twice with the simulator (slow)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from evidence_factory import EvidenceLog, store_events
+from loop_harness import BASE, MODELS, LoopWorld, child, harder_for, never
+
+from consumers import benchmark_state as q
+from consumers.evidence.store import migrate
+from producers.sim.feasibility import FeasibilityResult
+from schemas.codec import Codec
+from streams.mutations.agent import MutatorConfig, MutatorRunner
+
+
+def feasible(spec) -> FeasibilityResult:
+    """The pre-check stood in for: everything builds (the simulator is not the point here)."""
+    return FeasibilityResult(spec.scenario_id, True, "", {"seeds_checked": 1.0})
+
+
+def mutator_log() -> tuple[list[dict], dict]:
+    log = EvidenceLog()
+    for model, kind in MODELS.items():
+        log.register(model, kind)
+    log.candidate(BASE, "", "base", generator="base")
+    log.promoted(BASE, 1)
+    clusters = (("fc-slip", "slip", 6), ("fc-miss", "grasp_miss", 4), ("fc-knock", "knocked_object", 3))
+    for cluster, kind, size in clusters:
+        log.cluster_updated(cluster, size, f"ep-{cluster}", kind, BASE, revision=1, model_counts={"weak": size})
+    log.cycle("run-c1", 1, 1, [])
+    cycle = next(e for e in log.events if e["envelope"]["event_type"] == "CycleStarted")
+    cycle = {**cycle, "max_candidates": 4, "seed": 1234}
+    events = [e for e in log.events if e["envelope"]["event_type"] not in ("CycleStarted", "CandidatesGenerated")]
+    return events + [cycle], cycle
+
+
+def test_the_same_log_and_seed_give_the_same_mutator_answer(chdb_store):
+    events, cycle = mutator_log()
+    answers, stores = [], []
+    try:
+        for _ in range(2):
+            store = chdb_store.with_database(f"mut_{uuid.uuid4().hex[:10]}")
+            stores.append(store)
+            migrate(store)
+            store_events(store, events)
+            runner = MutatorRunner(lambda s=store: s, Codec(), MutatorConfig(), check=feasible)
+            answers.append(runner.answer(cycle))
+            again = runner.answer(cycle)  # a restart before the answer reached the log
+            assert again == answers[-1]
+            store_events(store, answers[-1])
+            assert runner.answer(cycle) == [], "a cycle answered in the log is not answered again"
+        first, second = answers
+        assert first == second
+        proposed = [e for e in first if e["envelope"]["event_type"] == "CandidateProposed"]
+        assert len(proposed) == 4 and len({e["scenario_id"] for e in proposed}) == 4
+        assert {e["parent_scenario_id"] for e in proposed} == {BASE["scenario_id"]}
+        assert first[-1]["proposed"] == [e["scenario_id"] for e in proposed]
+    finally:
+        for s in stores:
+            s.command("DROP DATABASE IF EXISTS {database}")
+
+
+def test_two_worlds_fed_the_same_candidates_and_outcomes_decide_identically(tansu, store, chdb_store, tmp_path):
+    harder, unsolvable = child(object_friction=0.1), child(object_mass=3.0)
+    outcomes = {harder["scenario_id"]: harder_for("weak"), unsolvable["scenario_id"]: never}
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    other = chdb_store.with_database(f"twin_{uuid.uuid4().hex[:10]}")
+    migrate(other)
+    worlds = [LoopWorld(tansu, s, tmp_path / name, outcomes, t0=t0).start()
+              for s, name in ((store, "a"), (other, "b"))]
+    try:
+        for w in worlds:
+            w.register()
+            w.promote_base()
+        for w in worlds:
+            w.sweep(BASE, range(10))
+            w.critics().start()
+            w.propose(harder, seconds=10)
+            w.propose(unsolvable, seconds=11)
+        for w in worlds:
+            w.until(lambda w=w: {len(w.verdicts(harder["scenario_id"])), len(w.verdicts(unsolvable["scenario_id"]))}
+                    == {3, 1}, "every verdict")
+        decided = []
+        for w in worlds:
+            events = w.tick_gate()
+            w.until(lambda w=w, n=len(events): len(q.decisions(w.store)) == 1 + n, "the decisions")
+            decided.append(events)
+        assert decided[0] == decided[1]
+        assert sorted((e["envelope"]["event_type"], e["benchmark_version"] if "benchmark_version" in e else None)
+                      for e in decided[0]) == [("Promoted", 2), ("Rejected", None), ("Retired", 3)]
+
+        def log_of(w):
+            return ([(v.event_id, v.event_time, v.critic, v.passed, v.reason, v.evidence_json)
+                     for v in q.verdicts(w.store)],
+                    sorted(w.store.query("SELECT request_id, scenario_id, model_id, seeds, envelope.event_time "
+                                         "FROM {database}.rollout_requests FINAL")))
+        assert log_of(worlds[0]) == log_of(worlds[1])
+    finally:
+        for w in worlds:
+            w.stop()
+        other.command("DROP DATABASE IF EXISTS {database}")
