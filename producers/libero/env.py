@@ -10,8 +10,8 @@ schema read from raw MuJoCo. Runs in the LIBERO venv (robosuite 1.4); see infra/
     env.camera_images(256)                         # (agentview, wrist) upright uint8 frames
 
 The same BenchmarkEnv surface as producers/sim/envs.py SimEnv (producers/adapters.py), so the
-rollout loop (producers/sim/rollout.py's contract, re-implemented for this venv in worker.py) and
-the recorder treat both alike.
+rollout loop (producers/episode.py, with LIBERO's success rule in rollout.py) and the recorder
+treat both alike.
 
 Control: LIBERO's own ControlEnv (robosuite 1.4 Panda, OSC_POSE deltas: action[0:3] x 0.05 m,
 action[3:6] x 0.5 rad, action[6] gripper -1 open / +1 close, 20 Hz), built with no renderer and no
