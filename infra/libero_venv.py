@@ -192,6 +192,7 @@ from libero.libero import get_libero_path
 import os
 assets = get_libero_path("assets")
 import producers.recorder, producers.libero.env  # the project's recorder and LIBERO env in this venv
+import producers.libero.rollout  # and the episode loop (producers/episode.py: numpy only)
 print(json.dumps({{"forbidden": bad, "robosuite": robosuite.__version__, "mujoco": mujoco.__version__,
                   "assets": os.path.isdir(os.path.join(assets, "stable_hope_objects"))}}))
 """

@@ -1,7 +1,7 @@
 """Benchmark adapters: one protocol between a benchmark's tasks and the rollout machinery.
 
 An adapter turns a ScenarioSpec record into an environment with the small surface the rollout
-loop (producers/sim/rollout.py Episode) and the recorder need: reset(seed), step(action),
+loop (producers/episode.py Episode) and the recorder need: reset(seed), step(action),
 signals() with the Step schema's signal fields, success_relative(), render_keyframe(size),
 action_dim, spec, keyframes, close(). robosuite is built in. LIBERO needs robosuite 1.4 and so
 its own Python environment: a LIBERO worker there implements this protocol and publishes through

@@ -10,8 +10,8 @@ schema read from raw MuJoCo. Runs in the LIBERO venv (robosuite 1.4); see infra/
     env.camera_images(256)                         # (agentview, wrist) upright uint8 frames
 
 The same BenchmarkEnv surface as producers/sim/envs.py SimEnv (producers/adapters.py), so the
-rollout loop (producers/sim/rollout.py's contract, re-implemented for this venv in worker.py) and
-the recorder treat both alike.
+rollout loop (producers/episode.py, with LIBERO's success rule in rollout.py) and the recorder
+treat both alike.
 
 Control: LIBERO's own ControlEnv (robosuite 1.4 Panda, OSC_POSE deltas: action[0:3] x 0.05 m,
 action[3:6] x 0.5 rad, action[6] gripper -1 open / +1 close, 20 Hz), built with no renderer and no
@@ -55,6 +55,8 @@ import numpy as np  # noqa: E402
 from producers.libero.exceptions import LiberoEnvError, LiberoScenarioError, LiberoSetupMissing  # noqa: E402
 from producers.libero.scenario import TARGET, LiberoScenario, parse_perturbation  # noqa: E402
 from producers.libero.tasks import TaskCatalog, TaskInfo  # noqa: E402
+from producers.step_signals import OBJECT_GROUP, StepSignals  # noqa: E402
+from producers.step_signals import SIGNAL_KEYS as SIGNAL_KEYS  # noqa: E402 (re-exported: the keys of signals())
 
 CONTROL_FREQ_HZ = 20
 ACTION_DIM = 7
@@ -76,11 +78,8 @@ DISTRACTOR_PARK_XY = (0.42, -0.42)
 DISTRACTOR_PARK_STEP_M = 0.14
 WRIST_CAMERA = "robot0_eye_in_hand"
 
-SIGNAL_KEYS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
-               "joint_torques", "joint_pos", "goal_distance", "object_lift")
-GROUP_GRIPPER = "gripper"
-GROUP_ROBOT = "robot"
-GROUP_TABLE = "table"
+# SIGNAL_KEYS and the contact groups are producers/step_signals.py's, shared with robosuite ("table"
+# here: the world, the floor, the tables and every fixture).
 
 
 def _libero():
@@ -112,10 +111,6 @@ def simulator_versions() -> str:
     from importlib.metadata import version
 
     return f"libero {version('libero')}, robosuite {version('robosuite')}, mujoco {mujoco.__version__}"
-
-
-def _quat_xyzw(wxyz) -> list[float]:
-    return [float(wxyz[1]), float(wxyz[2]), float(wxyz[3]), float(wxyz[0])]
 
 
 def _qmul_wxyz(a, b) -> np.ndarray:
@@ -243,7 +238,6 @@ class LiberoEnv:
         self._success = False
         self._start_pos: dict[str, np.ndarray] = {}
         self.placed_heights: dict[str, float] = {}  # objects' heights as placed, before settling
-        self._force_buf = np.zeros(6)
         _LIVE.add(self)
 
     # -- model indexing -------------------------------------------------------------------
@@ -311,37 +305,19 @@ class LiberoEnv:
         self._by_name = {o.name: o for o in self._objs}
         self.object_names = tuple(order)
         robot = raw.robots[0]
-        gripper = robot.gripper
         self._eef_site = int(robot.eef_site_id)
-        self._arm_qpos = np.array(robot._ref_joint_pos_indexes, dtype=int)
-        self._arm_actuators = np.array(robot._ref_joint_actuator_indexes, dtype=int)
-        ids = lambda names: np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, n) for n in names], dtype=int)  # noqa: E731
-        self._pads = ids(gripper.important_geoms["left_fingerpad"] + gripper.important_geoms["right_fingerpad"])
-        self._pad_axis = int(np.argmin(m.geom_size[self._pads[0]]))
-        self._pad_thickness = float(m.geom_size[self._pads[0]].min() + m.geom_size[self._pads[1]].min())
-        self._finger_geoms = np.zeros(m.ngeom, dtype=bool)
-        self._finger_geoms[ids(gripper.important_geoms["left_finger"] + gripper.important_geoms["right_finger"])] = True
-        # contact group of every body, then of every geom
-        gripper_root = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, gripper.root_body)
-        robot_root = int(m.body_rootid[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, robot.robot_model.root_body)])
-        names = [GROUP_GRIPPER, GROUP_ROBOT, GROUP_TABLE]
-        body_group = np.full(m.nbody, 2, dtype=int)  # world, floor, tables and fixtures
-        for b in range(m.nbody):
-            if int(m.body_rootid[b]) == robot_root:
-                a, in_gripper = b, False
-                while a > 0:
-                    if a == gripper_root:
-                        in_gripper = True
-                        break
-                    a = int(m.body_parentid[a])
-                body_group[b] = 0 if in_gripper else 1
-        for o in self._objs:
-            names.append(o.name)
-            body_group[m.body_rootid == o.body] = len(names) - 1
-        self._group_names = names
-        self._target_group = 3
-        self._geom_group = body_group[m.geom_bodyid]
-        self._obj_geoms = {o.name: np.flatnonzero(self._geom_group == 3 + i) for i, o in enumerate(self._objs)}
+        # contact groups: every body that is neither robot nor object is the table (world, floor,
+        # tables and fixtures)
+        self._signals = StepSignals(m, gripper=robot.gripper, robot_root_body=robot.robot_model.root_body,
+                                    eef_site=self._eef_site,
+                                    arm_qpos=np.array(robot._ref_joint_pos_indexes, dtype=int),
+                                    arm_actuators=np.array(robot._ref_joint_actuator_indexes, dtype=int),
+                                    objects=[(o.name, o.body) for o in self._objs], table=np.ones(m.nbody, dtype=bool),
+                                    target=first.name)
+        self._group_names = self._signals.group_names
+        self._geom_group = self._signals.geom_group
+        self._obj_geoms = {o.name: np.flatnonzero(self._geom_group == OBJECT_GROUP + i)
+                           for i, o in enumerate(self._objs)}
         self._obj_bodies = {o.name: np.flatnonzero(m.body_rootid == o.body) for o in self._objs}
         # the goal
         goal = info.goal[0] if info.goal else ()
@@ -563,52 +539,13 @@ class LiberoEnv:
 
     # -- signals ------------------------------------------------------------------------
 
-    def _contacts(self) -> tuple[list[dict[str, Any]], float]:
-        m, d = self.model, self.data
-        n = d.ncon
-        if n == 0:
-            return [], 0.0
-        geom1, geom2 = d.contact.geom1[:n], d.contact.geom2[:n]
-        g1, g2 = self._geom_group[geom1], self._geom_group[geom2]
-        keep = np.flatnonzero((g1 != g2) & (d.contact.efc_address[:n] >= 0))
-        agg: dict[tuple[int, int], float] = {}
-        grip = 0.0
-        tg, fingers, buf = self._target_group, self._finger_geoms, self._force_buf
-        for i in keep.tolist():
-            mujoco.mj_contactForce(m, d, i, buf)
-            f = abs(float(buf[0]))
-            a, b = int(g1[i]), int(g2[i])
-            key = (a, b) if a < b else (b, a)
-            agg[key] = agg.get(key, 0.0) + f
-            if (a == tg and fingers[geom2[i]]) or (b == tg and fingers[geom1[i]]):
-                grip += f
-        names = self._group_names
-        contacts = []
-        for (a, b), f in agg.items():
-            na, nb = sorted((names[a], names[b]))
-            contacts.append({"a": na, "b": nb, "normal_force": f})
-        contacts.sort(key=lambda c: (c["a"], c["b"]))
-        return contacts, grip
-
     def signals(self) -> dict[str, Any]:
         """This step's signals, plain JSON types, keys exactly SIGNAL_KEYS (units as SimEnv's:
         m, N, N m, rad, quaternions xyzw)."""
         if not self._started:
             raise LiberoEnvError(f"signals() before reset() on scenario {self.spec.scenario_id}")
-        d = self.data
-        quat = np.empty(4)
-        mujoco.mju_mat2Quat(quat, d.site_xmat[self._eef_site])
-        p0, p1 = self._pads[0], self._pads[1]
-        axis = d.geom_xmat[p0].reshape(3, 3)[:, self._pad_axis]
-        opening = max(0.0, abs(float(np.dot(d.geom_xpos[p0] - d.geom_xpos[p1], axis))) - self._pad_thickness)
-        contacts, grip = self._contacts()
-        poses = [{"name": o.name, "pos": d.xpos[o.body].tolist(), "quat": _quat_xyzw(d.xquat[o.body])}
-                 for o in self._objs]
-        return {"eef_pos": d.site_xpos[self._eef_site].tolist(), "eef_quat": _quat_xyzw(quat),
-                "gripper_opening": opening, "gripper_force": grip, "object_poses": poses, "contacts": contacts,
-                "joint_torques": d.actuator_force[self._arm_actuators].tolist(),
-                "joint_pos": d.qpos[self._arm_qpos].tolist(), "goal_distance": self.goal_distance(),
-                "object_lift": self.object_lift()}
+        return self._signals.read(self.model, self.data, goal_distance=self.goal_distance(),
+                                  object_lift=self.object_lift())
 
     def object_lift(self) -> float:
         """The target's height above its own start height, m."""
@@ -690,9 +627,7 @@ class LiberoEnv:
 
     def pad_axis_world(self) -> np.ndarray:
         """The fingers' closing direction in the world (unit vector)."""
-        d = self.data
-        axis = d.geom_xmat[self._pads[0]].reshape(3, 3)[:, self._pad_axis]
-        return axis / np.linalg.norm(axis)
+        return self._signals.pad_axis_world(self.data)
 
     def object_speeds(self) -> dict[str, float]:
         """Linear speed (m/s) of every object's free joint."""

@@ -65,6 +65,8 @@ from robosuite.utils.placement_samplers import SequentialCompositeSampler
 from producers.sim import osc_substep
 from producers.sim.exceptions import ActionError, EnvError, KeyframeError
 from producers.sim.scenario import OBJECT_GEOM_PRIORITY, Distractor, ScenarioSpec
+from producers.step_signals import OBJECT_GROUP, StepSignals
+from producers.step_signals import SIGNAL_KEYS as SIGNAL_KEYS  # re-exported: the keys of SimEnv.signals()
 
 CONTROL_FREQ_HZ = 20
 ACTION_DIM = 7
@@ -94,14 +96,8 @@ DISTRACTOR_DROP_M = 0.002
 # Keyframes: camera and render options (shadows, reflections, skybox off, collision geoms hidden).
 KEYFRAME_CAMERA = "agentview"
 
-# The Avro Step record's per-step signal fields, in schema order.
-SIGNAL_KEYS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
-               "joint_torques", "joint_pos", "goal_distance", "object_lift")
-
-# Contact groups besides object and distractor names.
-GROUP_GRIPPER = "gripper"
-GROUP_ROBOT = "robot"
-GROUP_TABLE = "table"  # table, bins and floor: every static arena body
+# SIGNAL_KEYS and the contact groups are producers/step_signals.py's, shared with LIBERO ("table"
+# here: the table, bins and floor, every static arena body).
 
 
 # --------------------------------------------------------------------------------------
@@ -517,10 +513,6 @@ class _ObjectRef:
     dof_adr: int  # free joint: qvel[adr:adr+3] linear velocity (world), [adr+3:adr+6] angular
 
 
-def _quat_xyzw(wxyz: np.ndarray) -> list[float]:
-    return [float(wxyz[1]), float(wxyz[2]), float(wxyz[3]), float(wxyz[0])]
-
-
 class SimEnv:
     """One robosuite environment for one scenario; reset it for each episode.
 
@@ -561,7 +553,6 @@ class SimEnv:
         if spec.place_target_xy is not None:
             ref = self._env.placement_reference()
             self._place_target = ref[:2] + np.asarray(spec.place_target_xy, dtype=float)
-        self._force_buf = np.zeros(6)
         self.spawn_penetration_m = 0.0  # set by reset(): see _object_penetration()
 
     # -- model indexing (the compiled model never changes: resets are soft) --------------
@@ -603,18 +594,22 @@ class SimEnv:
         self._task_refs = [self._object_ref(o) for o in env.task_objects()]
         self._distractor_refs = [self._object_ref(o) for o in env.distractor_objects]
         self.object_names: tuple[str, ...] = tuple(r.name for r in self._task_refs + self._distractor_refs)
-        self._eef_site = int(robot.eef_site_id["right"])
-        self._arm_qpos = np.array(robot._ref_joint_pos_indexes, dtype=int)
         arm_joints = set(robot._ref_joint_indexes)
-        self._arm_actuators = np.array(
-            [a for a in range(m.nu) if m.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
-             and int(m.actuator_trnid[a, 0]) in arm_joints], dtype=int)
-        self._pads = self._geom_ids(gripper.important_geoms["left_fingerpad"]
-                                    + gripper.important_geoms["right_fingerpad"])
-        self._pad_axis = int(np.argmin(m.geom_size[self._pads[0]]))
-        self._pad_thickness = float(m.geom_size[self._pads[0]].min() + m.geom_size[self._pads[1]].min())
-        self._finger_geoms = set(self._geom_ids(gripper.important_geoms["left_finger"]
-                                                + gripper.important_geoms["right_finger"]).tolist())
+        arm_actuators = np.array([a for a in range(m.nu) if m.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
+                                  and int(m.actuator_trnid[a, 0]) in arm_joints], dtype=int)
+        # contact groups: the world (floor) and static arena bodies (table, bins) are the table;
+        # bodies that are neither robot, table nor object are not reported
+        root = m.body_rootid
+        table = (np.arange(m.nbody) == 0) | ((root != 0) & (m.body_jntnum[root] == 0) & (m.body_mocapid[root] < 0))
+        self._signals = StepSignals(m, gripper=gripper, robot_root_body=robot.robot_model.root_body,
+                                    eef_site=int(robot.eef_site_id["right"]),
+                                    arm_qpos=np.array(robot._ref_joint_pos_indexes, dtype=int),
+                                    arm_actuators=arm_actuators,
+                                    objects=[(r.name, r.body_id) for r in self._task_refs + self._distractor_refs],
+                                    table=table, target=self.manipulated_name)
+        self._pads = self._signals.pads
+        self._finger_geoms = set(self._signals.finger_geoms.tolist())
+        self._geom_group = self._signals.geom_group
         self._manip_contact_geoms = self._geom_ids(manipulated.contact_geoms)
         self._manip_visual_geoms = self._geom_ids(manipulated.visual_geoms)
         self._manip_bodies = np.flatnonzero(m.body_rootid == self._manip.body_id)
@@ -625,30 +620,6 @@ class SimEnv:
         self._orig_rgba = m.geom_rgba[self._manip_visual_geoms].copy()
         self._orig_matid = m.geom_matid[self._manip_visual_geoms].copy()
         self._hand_body = self._body_id(gripper.root_body)
-
-        # contact group of every geom (-1: not reported)
-        gripper_root = self._body_id(gripper.root_body)
-        robot_root = int(m.body_rootid[self._body_id(robot.robot_model.root_body)])
-        names = [GROUP_GRIPPER, GROUP_ROBOT, GROUP_TABLE]
-        body_group = np.full(m.nbody, -1, dtype=int)
-        for b in range(m.nbody):
-            root = int(m.body_rootid[b])
-            if root == robot_root:
-                a, in_gripper = b, False
-                while a > 0:
-                    if a == gripper_root:
-                        in_gripper = True
-                        break
-                    a = int(m.body_parentid[a])
-                body_group[b] = 0 if in_gripper else 1
-            elif b == 0 or (root != 0 and m.body_jntnum[root] == 0 and m.body_mocapid[root] < 0):
-                body_group[b] = 2  # world (floor) and static arena bodies (table, bins)
-        for ref in self._task_refs + self._distractor_refs:
-            names.append(ref.name)
-            body_group[m.body_rootid == ref.body_id] = len(names) - 1
-        self._group_names = names
-        self._manip_group = names.index(self.manipulated_name)
-        self._geom_group = body_group[m.geom_bodyid]
 
         # target bin for PickPlaceCan
         if self.spec.env_name == "PickPlaceCan":
@@ -698,7 +669,7 @@ class SimEnv:
         n = d.ncon
         if n == 0:
             return 0.0
-        objects = self._geom_group >= 3  # groups 0-2: gripper, robot, table
+        objects = self._geom_group >= OBJECT_GROUP  # groups 0-2: gripper, robot, table
         involved = objects[d.contact.geom1[:n]] | objects[d.contact.geom2[:n]]
         depth = -d.contact.dist[:n][involved]
         return float(max(0.0, depth.max())) if depth.size else 0.0
@@ -789,37 +760,6 @@ class SimEnv:
 
     # -- signals ------------------------------------------------------------------------
 
-    def _contact_forces(self) -> tuple[list[dict[str, Any]], float]:
-        m, d = self.model, self.data
-        n = d.ncon
-        if n == 0:
-            return [], 0.0
-        geom1 = d.contact.geom1[:n]
-        geom2 = d.contact.geom2[:n]
-        g1 = self._geom_group[geom1]
-        g2 = self._geom_group[geom2]
-        keep = np.flatnonzero((g1 >= 0) & (g2 >= 0) & (g1 != g2) & (d.contact.efc_address[:n] >= 0))
-        agg: dict[tuple[int, int], float] = {}
-        grip = 0.0
-        manip_group = self._manip_group
-        buf = self._force_buf
-        for i in keep.tolist():
-            mujoco.mj_contactForce(m, d, i, buf)
-            f = abs(float(buf[0]))
-            a, b = int(g1[i]), int(g2[i])
-            key = (a, b) if a < b else (b, a)
-            agg[key] = agg.get(key, 0.0) + f
-            if (a == manip_group and int(geom2[i]) in self._finger_geoms) or (
-                    b == manip_group and int(geom1[i]) in self._finger_geoms):
-                grip += f
-        names = self._group_names
-        contacts = []
-        for (a, b), f in agg.items():
-            na, nb = sorted((names[a], names[b]))
-            contacts.append({"a": na, "b": nb, "normal_force": f})
-        contacts.sort(key=lambda c: (c["a"], c["b"]))
-        return contacts, grip
-
     def signals(self) -> dict[str, Any]:
         """This step's signals, plain JSON types, keys exactly SIGNAL_KEYS:
 
@@ -832,29 +772,8 @@ class SimEnv:
         """
         if not self._started:
             raise EnvError(f"signals() before reset() on scenario {self.spec.scenario_id}")
-        d = self.data
-        quat = np.empty(4)
-        mujoco.mju_mat2Quat(quat, d.site_xmat[self._eef_site])
-        # The pads are boxes; the closing axis is the axis of their smallest half-size.
-        p0, p1 = self._pads[0], self._pads[1]
-        axis = d.geom_xmat[p0].reshape(3, 3)[:, self._pad_axis]
-        pad_sep = abs(float(np.dot(d.geom_xpos[p0] - d.geom_xpos[p1], axis)))
-        opening = max(0.0, pad_sep - self._pad_thickness)
-        contacts, grip = self._contact_forces()
-        poses = [{"name": r.name, "pos": d.xpos[r.body_id].tolist(), "quat": _quat_xyzw(d.xquat[r.body_id])}
-                 for r in self._task_refs + self._distractor_refs]
-        return {
-            "eef_pos": d.site_xpos[self._eef_site].tolist(),
-            "eef_quat": _quat_xyzw(quat),
-            "gripper_opening": opening,
-            "gripper_force": grip,
-            "object_poses": poses,
-            "contacts": contacts,
-            "joint_torques": d.actuator_force[self._arm_actuators].tolist(),
-            "joint_pos": d.qpos[self._arm_qpos].tolist(),
-            "goal_distance": self.goal_distance(),
-            "object_lift": self.object_lift(),
-        }
+        return self._signals.read(self.model, self.data, goal_distance=self.goal_distance(),
+                                  object_lift=self.object_lift())
 
     # -- task measures relative to the episode's own start --------------------------------
 

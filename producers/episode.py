@@ -1,0 +1,161 @@
+"""One episode of a policy in a benchmark env, step by step: the loop every rollout worker runs.
+
+    episode = Episode(env, policy, seed, rule=SuccessRule(hold_steps=5, hold_steps_at_horizon=5))
+    for step in episode:                  # StepRecord per control step, as it happens
+        publish(step)
+    episode.outcome                       # EpisodeOutcome, set when the iteration ends
+
+    outcome, steps = collect(episode)     # the same, collected
+
+Env-agnostic: it imports numpy only, so it runs in the project's venv (robosuite 1.5,
+producers/sim/rollout.py) and in the LIBERO venv (robosuite 1.4, producers/libero/rollout.py).
+The env is a BenchmarkEnv (producers/adapters.py): ``reset(seed)``, ``step(action)`` whose info
+holds ``success``, ``signals()``, ``render_keyframe(size)``, ``spec.horizon``, ``action_dim``,
+``keyframes``; the policy has ``reset(seed, spec)`` and ``act(obs, signals)``. A benchmark says
+what counts as its success in a SuccessRule, and plugs in what it does before each step by
+overriding ``before_step`` (robosuite's pushes) and how it keeps the final frame by overriding
+``final_keyframe`` (LIBERO leaves out a frame that fails to render).
+
+An episode ends on the first of: success held for ``rule.hold_steps`` consecutive steps
+(termination "success"), the horizon ("timeout"; "success" if by then the success has held
+``rule.hold_steps_at_horizon`` consecutive steps up to the last one), an exception from the policy
+("policy_error") or the simulator ("env_error"). Errors are caught and reported in the outcome
+with their message, never swallowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # numpy is this module's only import at run time
+    from producers.adapters import BenchmarkEnv
+
+TERMINATIONS = ("success", "timeout", "policy_error", "env_error", "aborted")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One control step: the action taken at ``t`` and the state it led to."""
+
+    t: int
+    action: list[float]
+    reward: float
+    signals: dict[str, Any]
+    success: bool  # the env's success check after this step (info["success"])
+    keyframe: np.ndarray | None = None  # uint8 (size, size, 3) when t % keyframe_every == 0
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    seed: int
+    success: bool
+    termination: str  # one of TERMINATIONS
+    steps: int
+    total_reward: float
+    time_to_success: int | None  # first step of the success streak that made the episode a success
+    error: str | None = None
+    final_keyframe: np.ndarray | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class SuccessRule:
+    """What makes an episode a success: ``hold_steps`` consecutive success steps end it early as
+    one; an episode that runs to its horizon is one when its last ``hold_steps_at_horizon`` steps
+    were successes. Both are >= 1 (Episode checks them)."""
+
+    hold_steps: int
+    hold_steps_at_horizon: int
+
+
+class Episode:
+    """Iterate to run the episode; read ``outcome`` (and ``initial_signals``) afterwards.
+
+    ``stop_on_success=False`` runs to the horizon whatever happens (the rule then decides there)."""
+
+    def __init__(self, env: BenchmarkEnv, policy: Any, seed: int, *, rule: SuccessRule, keyframe_every: int = 0,
+                 keyframe_size: int = 128, stop_on_success: bool = True):
+        if keyframe_every < 0:
+            raise ValueError(f"keyframe_every must be >= 0, got {keyframe_every!r}")
+        for name in ("hold_steps", "hold_steps_at_horizon"):
+            if getattr(rule, name) < 1:
+                raise ValueError(f"success_hold_steps must be >= 1, got {getattr(rule, name)!r}")
+        self.env, self.policy, self.seed = env, policy, seed
+        self.rule = rule
+        self.keyframe_every = keyframe_every
+        self.keyframe_size = keyframe_size
+        self.stop_on_success = stop_on_success
+        self.initial_signals: dict[str, Any] | None = None
+        self.outcome: EpisodeOutcome | None = None
+
+    def before_step(self, t: int) -> None:
+        """Called just before the env steps at ``t``; an exception is an env_error. Nothing here."""
+
+    def final_keyframe(self) -> np.ndarray | None:
+        """The frame an episode that ended in success or timeout keeps (env built with keyframes)."""
+        return self.env.render_keyframe(self.keyframe_size)
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        env, policy, rule = self.env, self.policy, self.rule
+        horizon = env.spec.horizon
+        total, streak = 0.0, 0
+        try:
+            obs = env.reset(self.seed)
+            signals = env.signals()
+        except Exception as exc:
+            self._finish(False, "env_error", 0, total, None, f"reset: {exc!r}")
+            return
+        self.initial_signals = signals
+        try:
+            policy.reset(self.seed, env.spec)
+        except Exception as exc:
+            self._finish(False, "policy_error", 0, total, None, f"policy reset: {exc!r}")
+            return
+        for t in range(horizon):
+            try:
+                action = np.asarray(policy.act(obs, signals), dtype=float)
+                if action.shape != (env.action_dim,) or not np.all(np.isfinite(action)):
+                    raise ValueError(f"policy returned {action!r}, not {env.action_dim} finite floats")
+            except Exception as exc:
+                self._finish(False, "policy_error", t, total, None, f"step {t}: {exc!r}")
+                return
+            try:
+                self.before_step(t)
+                obs, reward, _done, info = env.step(action)
+                signals = env.signals()
+                keyframe = None
+                if self.keyframe_every and t % self.keyframe_every == 0:
+                    keyframe = env.render_keyframe(self.keyframe_size)
+            except Exception as exc:
+                self._finish(False, "env_error", t, total, None, f"step {t}: {exc!r}")
+                return
+            total += reward
+            success = bool(info["success"])
+            streak = streak + 1 if success else 0
+            yield StepRecord(t=t, action=action.tolist(), reward=reward, signals=signals, success=success,
+                             keyframe=keyframe)
+            if self.stop_on_success and streak >= rule.hold_steps:
+                self._finish(True, "success", t + 1, total, t + 1 - streak, None)
+                return
+        held = streak >= rule.hold_steps_at_horizon
+        self._finish(held, "success" if held else "timeout", horizon, total, (horizon - streak) if held else None,
+                     None)
+
+    def _finish(self, success: bool, termination: str, steps: int, total: float, tts: int | None,
+                error: str | None) -> None:
+        frame = None
+        if self.env.keyframes and termination in ("success", "timeout"):
+            frame = self.final_keyframe()
+        self.outcome = EpisodeOutcome(seed=self.seed, success=success, termination=termination, steps=steps,
+                                      total_reward=total, time_to_success=tts, error=error, final_keyframe=frame)
+
+
+def collect(episode: Episode) -> tuple[EpisodeOutcome, list[StepRecord]]:
+    """Runs a whole episode. Returns (outcome, step records)."""
+    steps = list(episode)
+    if episode.outcome is None:  # every path through Episode.__iter__ sets it
+        raise RuntimeError(f"episode seed {episode.seed} ended without an outcome")
+    return episode.outcome, steps
