@@ -89,6 +89,7 @@ from typing import Any
 
 import numpy as np
 
+from producers.episode import Episode
 from producers.exceptions import EpisodeConflict, SignalError
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
@@ -578,3 +579,27 @@ class EpisodeRecorder:
         if failure is not None:
             raise failure
         return ended
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """What a rollout worker logs and returns of one recorded episode."""
+
+    episode_id: str
+    seed: int
+    success: bool
+    termination: str
+    steps: int
+    error: str | None
+
+
+def record_episode(episode: Episode, publisher: Publisher, identity: EpisodeIdentity,
+                   keyframes: KeyframeStore | None) -> EpisodeSummary:
+    """Runs ``episode`` (producers.episode's loop, robosuite or LIBERO) to its end through an
+    EpisodeRecorder; the events are handed to the publisher, not yet flushed."""
+    with EpisodeRecorder(publisher, identity, keyframes) as recorder:
+        for record in episode:
+            recorder.step(record.action, record.signals, record.reward, record.success, record.keyframe)
+        out = episode.outcome
+        recorder.end(out.success, out.termination, out.error, out.final_keyframe)
+    return EpisodeSummary(identity.episode_id, episode.seed, out.success, out.termination, out.steps, out.error)

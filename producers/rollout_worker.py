@@ -36,7 +36,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from producers.adapters import adapter_for
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
-from producers.recorder import EpisodeIdentity, EpisodeRecorder, simulator_versions
+from producers.recorder import EpisodeIdentity, EpisodeSummary, record_episode, simulator_versions
 from producers.sim.models import ModelConfig, load_models
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
@@ -68,15 +67,6 @@ SWEEPS = "sweeps"
 # orchestrator's sweep and the sweeper's, the same id) is run once per worker process.
 SERVED_MEMORY = 10_000
 
-
-@dataclass(frozen=True)
-class EpisodeSummary:
-    episode_id: str
-    seed: int
-    success: bool
-    termination: str
-    steps: int
-    error: str | None
 
 
 def rollout_request(scenario: dict, model_id: str, seeds: list[int], purpose: str = "adhoc",
@@ -187,16 +177,11 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
                                        task=scenario["env_name"], scenario=scenario, model_id=model.model_id,
                                        model_version=model.version, seed=seed, request_id=request["request_id"],
                                        producer=PRODUCER, simulator=_simulator())
-            episode = Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every)
-            with EpisodeRecorder(publisher, identity, keyframes) as recorder:
-                for record in episode:
-                    recorder.step(record.action, record.signals, record.reward, record.success, record.keyframe)
-                out = episode.outcome
-                recorder.end(out.success, out.termination, out.error, out.final_keyframe)
-            if out.termination == "env_error":  # the simulator raised: do not reuse that env
+            summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every),
+                                     publisher, identity, keyframes)
+            if summary.termination == "env_error":  # the simulator raised: do not reuse that env
                 _drop_env(scenario, True)
-            summaries.append(EpisodeSummary(identity.episode_id, seed, out.success, out.termination, out.steps,
-                                            out.error))
+            summaries.append(summary)
     except BaseException:
         _drop_env(scenario, True)
         raise

@@ -44,7 +44,7 @@ from producers.keyframes import KeyframeStore
 from producers.libero.exceptions import LiberoError
 from producers.libero.scenario import LiberoScenario, is_libero
 from producers.publisher import Publisher
-from producers.recorder import EpisodeIdentity, EpisodeRecorder
+from producers.recorder import EpisodeIdentity, EpisodeSummary, record_episode
 from schemas.events import dead_letter
 from schemas.exceptions import SchemaError
 
@@ -88,40 +88,13 @@ def load_libero_models(models_path: str | Path | None = None,
     return models
 
 
-@dataclass(frozen=True)
-class EpisodeSummary:
-    episode_id: str
-    seed: int
-    success: bool
-    termination: str
-    steps: int
-    error: str | None
-
-
 def episode_identity(request: dict, scenario: LiberoScenario, model: LiberoModel, seed: int,
                      simulator: str) -> EpisodeIdentity:
     """The recorder identity of one episode of a request. ``simulator`` (libero, robosuite and
     mujoco versions) goes into EpisodeStarted where the recorder takes it."""
-    fields = dict(run_id=request["envelope"]["run_id"], benchmark="libero", task=scenario.task,
-                  scenario=request["scenario"], model_id=model.model_id, model_version=model.version, seed=seed,
-                  request_id=request["request_id"], producer=PRODUCER)
-    if "simulator" in getattr(EpisodeIdentity, "__dataclass_fields__", {}):
-        fields["simulator"] = simulator
-    return EpisodeIdentity(**fields)
-
-
-def record_episode(env: Any, policy: Any, publisher: Publisher, identity: EpisodeIdentity, seed: int,
-                   keyframes: KeyframeStore | None, keyframe_every: int) -> EpisodeSummary:
-    """Runs one episode and records it (the events are handed to the publisher, not yet flushed)."""
-    from producers.libero.rollout import Episode
-
-    episode = Episode(env, policy, seed, keyframe_every=keyframe_every)
-    with EpisodeRecorder(publisher, identity, keyframes) as recorder:
-        for record in episode:
-            recorder.step(record.action, record.signals, record.reward, record.success, record.keyframe)
-        out = episode.outcome
-        recorder.end(out.success, out.termination, out.error, out.final_keyframe)
-    return EpisodeSummary(identity.episode_id, seed, out.success, out.termination, out.steps, out.error)
+    return EpisodeIdentity(run_id=request["envelope"]["run_id"], benchmark="libero", task=scenario.task,
+                           scenario=request["scenario"], model_id=model.model_id, model_version=model.version,
+                           seed=seed, request_id=request["request_id"], producer=PRODUCER, simulator=simulator)
 
 
 # -- what a pool process keeps between requests ---------------------------------------------
@@ -180,6 +153,7 @@ def ping() -> int:
 def run_seeds(request: dict, seeds: list[int], keyframe_root: str,
               models: dict[str, LiberoModel]) -> list[EpisodeSummary]:
     """One process's share of a request, published and acknowledged before it returns."""
+    from producers.libero.rollout import Episode
     if _publisher is None:
         raise RuntimeError("run_seeds runs in a LiberoPool process (its initializer makes the publisher)")
     model = models[request["model_id"]]
@@ -191,7 +165,8 @@ def run_seeds(request: dict, seeds: list[int], keyframe_root: str,
         for seed in seeds:
             env = _cached_env(scenario, True)
             identity = episode_identity(request, scenario, model, seed, _simulator)
-            summary = record_episode(env, model.make_policy(), _publisher, identity, seed, keyframes, keyframe_every)
+            summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every),
+                                     _publisher, identity, keyframes)
             if summary.termination == "env_error":  # do not reuse an env whose simulation raised
                 _drop_env(scenario, True)
             summaries.append(summary)

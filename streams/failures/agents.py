@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import faust
@@ -84,6 +84,19 @@ def raw_message(event) -> RawMessage:
 async def publish(outputs: dict[str, faust.types.TopicT], messages: Iterable[Outgoing]) -> None:
     for m in messages:
         await outputs[m.topic].send(key=m.key, value=m.value)
+
+
+def register_blocking_agent(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
+                            name: str, on_message: Callable[[RawMessage], Iterable[Outgoing]]) -> None:
+    """An agent for a stage that blocks (it reads the evidence store): ``on_message`` runs in a thread
+    so the event loop keeps the consumer's heartbeats, and a message is acknowledged only after what
+    it produced was handed to the producer."""
+
+    @app.agent(source, name=name)
+    async def handle(stream):
+        loop = asyncio.get_running_loop()
+        async for event in stream.events():
+            await publish(outputs, await loop.run_in_executor(None, on_message, raw_message(event)))
 
 
 class HeldEvents:

@@ -24,7 +24,6 @@ events). A registration that cannot be decided because the store does not answer
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -129,12 +128,6 @@ class SweepRunner:
 
 def register_sweeper(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
                      runner: SweepRunner) -> None:
-    from streams.failures.agents import raw_message
+    from streams.failures.agents import register_blocking_agent
 
-    @app.agent(source, name="sweeper")
-    async def sweep(stream):
-        loop = asyncio.get_running_loop()
-        async for event in stream.events():  # acknowledged after its requests were handed to the producer
-            messages = await loop.run_in_executor(None, runner.on_message, raw_message(event))
-            for m in messages:
-                await outputs[m.topic].send(key=m.key, value=m.value)
+    register_blocking_agent(app, source, outputs, "sweeper", runner.on_message)

@@ -18,7 +18,6 @@ a cycle already answered in the log is skipped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -145,12 +144,6 @@ class MutatorRunner:
 
 def register_mutator(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
                      runner: MutatorRunner) -> None:
-    from streams.failures.agents import raw_message
+    from streams.failures.agents import register_blocking_agent
 
-    @app.agent(source, name="mutator")
-    async def mutate(stream):
-        loop = asyncio.get_running_loop()
-        async for event in stream.events():  # acknowledged after its answer was handed to the producer
-            messages = await loop.run_in_executor(None, runner.on_message, raw_message(event))
-            for m in messages:
-                await outputs[m.topic].send(key=m.key, value=m.value)
+    register_blocking_agent(app, source, outputs, "mutator", runner.on_message)

@@ -16,8 +16,10 @@ import numpy as np
 
 from producers.libero.env import LiberoEnv, simulator_versions
 from producers.libero.feasibility import check_feasibility
+from producers.libero.rollout import Episode
 from producers.libero.scenario import LiberoScenario
-from producers.libero.worker import PRODUCER, episode_identity, load_libero_models, record_episode
+from producers.libero.worker import PRODUCER, episode_identity, load_libero_models
+from producers.recorder import record_episode
 
 
 def record(bootstrap: str, prefix: str, request_path: str, *rest: str) -> None:
@@ -34,7 +36,7 @@ def record(bootstrap: str, prefix: str, request_path: str, *rest: str) -> None:
     out = []
     for seed in seeds:
         identity = episode_identity(request, spec, model, seed, simulator_versions())
-        summary = record_episode(env, model.make_policy(), publisher, identity, seed, None, 0)
+        summary = record_episode(Episode(env, model.make_policy(), seed), publisher, identity, None)
         out.append({"seed": seed, "episode_id": summary.episode_id, "termination": summary.termination,
                     "steps": summary.steps, "error": summary.error, "producer": PRODUCER})
     publisher.flush()
