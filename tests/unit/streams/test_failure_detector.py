@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -493,24 +492,6 @@ def test_wrong_episode_and_bad_config_are_refused_with_the_value():
         DetectorConfig(drop_fall_m=-1.0)
     with pytest.raises(ConfigError, match="held_force_n"):
         DetectorConfig(held_force_n=1.0, contact_force_n=5.0)
-
-
-def test_detector_throughput_is_measured(record_property):
-    scene = Scene()
-    for _ in range(10):
-        clean_lift(scene)
-        scene.cube = list(CUBE_START)
-        scene.command = -1.0
-    steps = scene.steps
-    det = detector(scene)
-    start = time.perf_counter()
-    for s in steps:
-        det.on_step(s)
-    elapsed = time.perf_counter() - start
-    rate = len(steps) / elapsed
-    record_property("detector_steps_per_s", rate)
-    print(f"detector: {len(steps)} steps in {elapsed * 1e3:.1f} ms = {rate:,.0f} steps/s")
-    assert len(steps) > 500
 
 
 def test_shoulder_leaning_fully_forward_short_of_the_cube_is_out_of_reach():
