@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from analysed_episodes import analysed_episodes, is_failure
 from confluent_kafka import Consumer, TopicPartition
+from marks import slow_on_kafka
 from test_streams_restart import TopicReader, start_worker, wait_for_line
 
 from infra.kafka_clients import ensure_topics, make_producer
@@ -141,6 +142,7 @@ def check_log(reader: TopicReader, expected: dict[str, bytes], events: list[dict
     assert clusters_of(values, codec) == clusters_of(expected.values(), codec)
 
 
+@slow_on_kafka
 def test_kill_9_of_the_clusterer_mid_stream_then_a_replay_change_no_cluster(broker, prefix, tmp_path):
     codec = Codec()
     events = analysed_episodes(EPISODES, seed=50, run_id="restart")
@@ -210,6 +212,7 @@ def test_kill_9_of_the_clusterer_mid_stream_then_a_replay_change_no_cluster(brok
           f"replay: {stats}")
 
 
+@slow_on_kafka
 def test_a_second_clusterer_stands_by_and_takes_over_with_the_same_ids(broker, prefix, tmp_path):
     codec = Codec()
     events = analysed_episodes(EPISODES, seed=51, run_id="singleton")

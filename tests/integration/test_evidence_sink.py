@@ -2,6 +2,7 @@
 
 
 from confluent_kafka import Producer
+from marks import slow_on_kafka
 from sinks import drain, rebuild_from
 
 from consumers.benchmark_state import derived_state, state_digest, table_counts
@@ -66,6 +67,7 @@ def test_redelivered_events_count_once(broker, prefix, store):
     assert table_counts(store)["dead_letters"] == 0
 
 
+@slow_on_kafka
 def test_replay_into_an_empty_store_gives_the_same_digest(broker, prefix, store):
     publish(broker, prefix, episodes(20, 30, seed=3, run_id="r"))
     drain(store, broker, prefix)

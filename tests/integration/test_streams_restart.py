@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from marks import slow_on_kafka
 
 from infra.kafka_clients import make_producer
 from producers import synthetic
@@ -144,6 +145,7 @@ def final_detector_stats(log_path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (item.split("=") for item in lines[-1].split(", "))}
 
 
+@slow_on_kafka
 def test_kill_9_of_the_streams_worker_mid_stream_loses_and_changes_no_failure_moment(broker, prefix, tmp_path):
     codec = Codec()
     events = interleaved_episodes(seed=40)
