@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -94,9 +95,14 @@ def render(url: str, selector: str, width: int = 1280, height: int = 1600) -> Re
     binary = chromium_binary()
     if binary is None:
         raise RuntimeError("chromium is not installed (Debian package `chromium`)")
-    profile = Path(tempfile.mkdtemp(prefix="sepa-chromium-"))
+    # Chromium puts its singleton socket in TMPDIR and aborts when that path passes the 108-byte
+    # limit of a unix socket's address: a CI's long TMPDIR did. The profile goes there as well.
+    short_tmp = "/tmp" if os.access("/tmp", os.W_OK) else tempfile.gettempdir()
+    profile = Path(tempfile.mkdtemp(prefix="sepa-chromium-", dir=short_tmp))
+    log = (profile / "chromium.log").open("wb")
     process = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL,
+                               env={**os.environ, "TMPDIR": short_tmp})
     try:
         port = _devtools_port(profile, process)
         targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
@@ -130,6 +136,7 @@ def render(url: str, selector: str, width: int = 1280, height: int = 1600) -> Re
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
+        log.close()
         shutil.rmtree(profile, ignore_errors=True)
 
 
@@ -138,7 +145,8 @@ def _devtools_port(profile: Path, process: subprocess.Popen) -> int:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"chromium exited with code {process.returncode} at start")
+            tail = (profile / "chromium.log").read_text(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"chromium exited with code {process.returncode} at start: {' | '.join(tail)}")
         if marker.exists():
             lines = marker.read_text().splitlines()
             if lines and lines[0].strip().isdigit():
