@@ -1,6 +1,7 @@
 """The evolving loop on LIBERO, in the LIBERO venv that `sepa-eval libero setup` builds: the
 mutator's candidates from a LIBERO failure seed are checked in the LIBERO venv from the project's
-venv (infra/libero_feasibility.py), as the streams worker checks them.
+venv (infra/libero_feasibility.py), as the streams worker checks them, and the mutator answers a
+cycle from a log whose benchmark and clusters are LIBERO's with LIBERO candidates.
 
 Without a LIBERO venv these tests are skipped, unless SEPA_TEST_REQUIRE_LIBERO=1 (CI) makes that a
 failure.
@@ -9,9 +10,16 @@ failure.
 from __future__ import annotations
 
 import json
+import uuid
 
+from evidence_factory import EvidenceLog, store_events
+
+from consumers import benchmark_state as q
+from consumers.evidence.store import migrate
 from infra.libero_feasibility import scenario_feasibility
 from producers.libero.scenario import LiberoScenario
+from schemas.codec import Codec
+from streams.mutations.agent import MutatorConfig, MutatorRunner
 from streams.mutations.chooser import ChooserConfig, guided_candidates, propose
 
 SOUP = LiberoScenario(suite="libero_object", env_name="pick_up_the_alphabet_soup_and_place_it_in_the_basket",
@@ -39,3 +47,49 @@ def test_libero_candidates_are_checked_in_the_libero_venv(libero_venv):
     assert proposal.proposed, [c.feasibility.reason for c in proposal.infeasible]
     bad = check(broken)
     assert not bad.feasible and "interpenetrate" in bad.reason and bad.measures["seeds_passed"] == 0
+
+
+def test_the_mutator_answers_a_cycle_from_a_libero_log_with_libero_candidates(libero_venv, chdb_store):
+    log = EvidenceLog()
+    for model, kind in (("oracle", "oracle"), ("scripted-novice", "scripted")):
+        log.register(model, kind)
+    base = SOUP.to_dict()
+    log.candidate(base, "", "base", generator="base")
+    log.promoted(base, 1)
+    log.cluster_updated("fc-knock", 5, "ep-knock", "knocked_object", base, model_counts={"scripted-novice": 5})
+    log.cycle("run-c1", 1, 1, [])
+    events = []
+    for e in log.events:
+        if e["envelope"]["event_type"] == "ClusterUpdated":
+            e = {**e, "site": SITE}
+        events.append(e)
+    cycle = {**next(e for e in events if e["envelope"]["event_type"] == "CycleStarted"), "max_candidates": 2,
+             "seed": 7}
+    events = [e for e in events if e["envelope"]["event_type"] not in ("CycleStarted", "CandidatesGenerated")]
+    store = chdb_store.with_database(f"lmut_{uuid.uuid4().hex[:10]}")
+    try:
+        migrate(store)
+        store_events(store, [*events, cycle])
+        runner = MutatorRunner(lambda: store, Codec(), MutatorConfig(chooser=ChooserConfig(exploration=0.0)),
+                               check=scenario_feasibility(None, venv_root=libero_venv.root))
+        answer = runner.answer(cycle)
+        proposed = [e for e in answer if e["envelope"]["event_type"] == "CandidateProposed"]
+        generated = answer[-1]
+        assert generated["envelope"]["event_type"] == "CandidatesGenerated"
+        assert len(proposed) + len(generated["infeasible"]) == 2, generated
+        assert proposed, generated["infeasible"]
+        for e in proposed:
+            spec = LiberoScenario.from_dict(dict(e["scenario"]))
+            assert spec.parent_id == SOUP.scenario_id == e["parent_scenario_id"]
+            assert e["operator"] == "distractor" and e["source_cluster_id"] == "fc-knock"
+            assert json.loads(e["feasibility_json"]) == {"feasible": True, "reason": "", "seeds_checked": 3,
+                                                         "seeds_passed": 3}
+        assert generated["seeds"] == ["fc-knock"] and generated["proposed"] == [e["scenario_id"] for e in proposed]
+        # the events round-trip the codec and the log
+        codec = Codec()
+        assert all(codec.decode(codec.encode(e)) == e for e in answer)
+        store_events(store, answer)
+        assert runner.answer(cycle) == [], "a cycle answered in the log is not answered again"
+        assert {c.scenario_id for c in q.candidates(store)} >= {e["scenario_id"] for e in proposed}
+    finally:
+        store.command("DROP DATABASE IF EXISTS {database}")
