@@ -93,3 +93,14 @@ def test_the_mutator_answers_a_cycle_from_a_libero_log_with_libero_candidates(li
         assert {c.scenario_id for c in q.candidates(store)} >= {e["scenario_id"] for e in proposed}
     finally:
         store.command("DROP DATABASE IF EXISTS {database}")
+
+
+def test_run_takes_its_libero_base_from_the_suites_tasks(libero_venv):
+    from infra.cli.loop import libero_base
+
+    every = libero_base("libero_object", None)
+    assert len(every) == 10 and all(s["benchmark"] == "libero" and s["suite"] == "libero_object" for s in every)
+    [soup] = libero_base("libero_object", "0")
+    assert LiberoScenario.from_dict(soup) == SOUP
+    assert [s["scenario_id"] for s in libero_base("libero_object", "0,3")] == [every[0]["scenario_id"],
+                                                                               every[3]["scenario_id"]]
