@@ -266,6 +266,8 @@ def compose(base: ScenarioSpec, promoted: Sequence[tuple[ScenarioSpec, ScenarioS
     differently (distractors are concatenated; a hold's horizon and a time budget conflict)."""
     if len(promoted) < 2:
         raise CompositionError(f"a composition needs at least two promoted scenarios, got {len(promoted)}")
+    if any(isinstance(s, LiberoScenario) for s in (base, *(x for pair in promoted for x in pair))):
+        raise CompositionError("compositions compose robosuite scenarios only; a LIBERO scenario was given")
     changes: dict[str, Any] = {}
     names = []
     for child, parent in promoted:

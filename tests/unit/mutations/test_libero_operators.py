@@ -115,3 +115,12 @@ def test_blind_candidates_of_a_libero_parent_use_libero_operators():
 def test_a_libero_exploration_set_names_libero_operators():
     with pytest.raises(ValueError, match="exploration_operators"):
         LiberoChooserConfig(exploration_operators=("time_budget",))
+
+
+def test_a_composition_of_libero_scenarios_is_refused_by_name():
+    from streams.mutations.chooser import compose
+    from streams.mutations.exceptions import CompositionError
+
+    a, b = (LiberoScenario.from_dict(c.spec.to_dict()) for c in blind_candidates([BASE], n=2, seed=0).candidates)
+    with pytest.raises(CompositionError, match="LIBERO"):
+        compose(BASE, [(a, BASE), (b, BASE)])
