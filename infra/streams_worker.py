@@ -130,7 +130,10 @@ def build_app(settings: Settings, bootstrap_servers: str, codec: Codec, ready_fi
     if config.run_mutator:
         # The simulator is imported here, at the edge: imported later, inside the worker, robosuite's
         # logging asks faust's stdout proxy for a file number it does not have.
-        from producers.sim.feasibility import check_feasibility as feasibility
+        from infra.libero_feasibility import scenario_feasibility
+        from producers.sim.feasibility import check_feasibility
+
+        feasibility = scenario_feasibility(check_feasibility)  # LIBERO candidates: in the LIBERO venv
     app = make_app(config, llm=llm_summarizer(settings) if config.run_clusterer else None, codec=codec,
                    consumer_factory=consumer_factory, store_factory=store_factory, feasibility=feasibility)
     # The boot strategy's choice wins over conf.web_enabled, which `faust worker` sets from --with-web.

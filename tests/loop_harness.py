@@ -137,7 +137,8 @@ class Responder:
         common = {"episode_id": episode_id, "scenario_id": scenario["scenario_id"], "model_id": model_id}
         return [
             make_event("EpisodeStarted", (episode_id,), "responder", request["envelope"]["run_id"], event_time=at,
-                       **common, request_id=request["request_id"], benchmark="robosuite", task=scenario["env_name"],
+                       **common, request_id=request["request_id"],
+                       benchmark=scenario.get("benchmark") or "robosuite", task=scenario["env_name"],
                        scenario=scenario, instruction=scenario["instruction"], model_version="1", seed=seed,
                        variant="", simulator="stand-in"),
             make_event("EpisodeEnded", (episode_id,), "responder", request["envelope"]["run_id"],

@@ -28,6 +28,11 @@ def run(ctx: typer.Context,
         max_candidates: int = typer.Option(4, min=1, help="candidates the mutator may propose per cycle"),
         generator: str = typer.Option("failure-guided", help="failure-guided, or blind (the baseline arm)"),
         env: str = typer.Option("Lift", help="the base benchmark's task(s), comma-separated"),
+        benchmark: str = typer.Option("robosuite", help="robosuite, or libero (its own venv and worker: "
+                                                        "`sepa-eval libero setup` first)"),
+        suite: str = typer.Option("libero_object", help="--benchmark libero: the LIBERO suite of the base tasks"),
+        tasks: str | None = typer.Option(None, help="--benchmark libero: the base tasks, indices or names, "
+                                                    "comma-separated (default: every task of the suite)"),
         seed: int = typer.Option(0, help="seeds every cycle's mutations"),
         run_id: str | None = typer.Option(None, help="default: run-<seed>"),
         timeout: float = typer.Option(1800.0, help="seconds each stage of a cycle may take")):
@@ -40,8 +45,13 @@ def run(ctx: typer.Context,
     settings = settings_of(ctx)
     try:
         models = load_models(settings.models_file) if settings.models_file else load_models()
-        adapter = RobosuiteAdapter()
-        base = tuple(adapter.base_scenario(task.strip(), RUN_HORIZON) for task in env.split(",") if task.strip())
+        if benchmark == "libero":
+            base = libero_base(suite, tasks)
+        elif benchmark == "robosuite":
+            adapter = RobosuiteAdapter()
+            base = tuple(adapter.base_scenario(task.strip(), RUN_HORIZON) for task in env.split(",") if task.strip())
+        else:
+            raise ValueError(f"--benchmark must be robosuite or libero, got {benchmark!r}")
         config = orchestrator.EvolveConfig(run_id=run_id or f"run-{seed}", cycles=cycles,
                                            sweep_seeds=sweep_seeds or settings.sweep_seeds,
                                            max_candidates=max_candidates, generator=generator, seed=seed, base=base,
@@ -68,6 +78,16 @@ def run(ctx: typer.Context,
     console.print(f"{len(reports)} cycles, {total} rollouts, {seconds:.0f} s; benchmark v{reports[-1].version_after}; "
                   f"wrote {files.markdown} and {files.html}")
     console.print(f"state digest {state_digest(state)}")
+
+
+def libero_base(suite: str, tasks: str | None) -> tuple[dict, ...]:
+    """LIBERO base scenarios: the suite's tasks (all, or the given indices/names) from their init
+    state 0, with the suite's default horizon. Refuses when LIBERO is not set up."""
+    from infra.cli.libero import _catalog, _task_name
+
+    catalog = _catalog(None)
+    names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else catalog.tasks(suite)
+    return tuple(catalog.base_scenario(suite, _task_name(catalog, suite, t)).to_dict() for t in names)
 
 
 def _show(kind: str, value, status) -> None:

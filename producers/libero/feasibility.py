@@ -14,6 +14,9 @@ For each seed, after LiberoEnv.reset (init state, layout perturbations, settle s
 then the oracle (ScriptedPickPlace with perfect skill) runs the episode and must succeed by
 LIBERO's own goal check. The scenario is feasible when at least ``min_success`` of the seeds pass
 all of these (default: all of them).
+
+``python -m producers.libero.feasibility < scenario.json`` runs it in the LIBERO venv for a process
+that cannot import LIBERO (the streams worker's mutator, through infra/libero_feasibility.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from producers.libero.exceptions import LiberoError
 from producers.libero.scenario import LiberoScenario
 
 REST_SPEED_MPS = 0.02
@@ -90,3 +94,37 @@ def check_feasibility(spec: LiberoScenario, seeds: Iterable[int] = range(3), min
             env.close()
     need = len(seeds) if min_success is None else min_success
     return FeasibilityReport(spec.scenario_id, seeds, tuple(passed), tuple(reasons), need)
+
+
+def report_json(report: FeasibilityReport) -> dict:
+    """The report as JSON (what ``python -m producers.libero.feasibility`` prints)."""
+    return {"scenario_id": report.scenario_id, "feasible": report.feasible, "seeds": list(report.seeds),
+            "passed": list(report.passed), "reasons": list(report.reasons), "min_success": report.min_success}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """In the LIBERO venv: a scenario record (JSON) on stdin -> its report as the last stdout line.
+
+        <libero python> -m producers.libero.feasibility [--seeds 0 1 2] [--min-success N] < scenario.json
+    """
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m producers.libero.feasibility")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--min-success", type=int, default=None)
+    args = parser.parse_args(argv)
+    spec = LiberoScenario.from_dict(json.loads(sys.stdin.read()))
+    try:
+        report = check_feasibility(spec, args.seeds, args.min_success)
+    except LiberoError as exc:  # the scene does not build or reset: infeasible, said so
+        need = len(args.seeds) if args.min_success is None else args.min_success
+        report = FeasibilityReport(spec.scenario_id, tuple(args.seeds), (),
+                                   (f"the scene does not build: {type(exc).__name__}: {exc}",), need)
+    print(json.dumps(report_json(report)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

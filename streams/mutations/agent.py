@@ -9,11 +9,12 @@ as they stood at the cycle's ``clusters_position`` (the latest ClusterUpdated of
 before it), the active benchmark at the cycle's version as the parents, and the cycle's seed.
 Failure-guided cycles draw operators from the clusters' failure types (streams/mutations/chooser.py),
 blind cycles the same operators with random parameters and no seed. Every candidate goes through
-the feasibility pre-check (producers/sim/feasibility.py); the feasible ones are published as
-CandidateProposed, and CandidatesGenerated records the seeds used, what was proposed and why the
-others were refused. Everything is a function of the log and the cycle, with the cycle's event
-time, so answering the same cycle again (a restart before the commit) publishes the same events;
-a cycle already answered in the log is skipped.
+the feasibility pre-check ``check`` the edge passes (robosuite: producers/sim/feasibility.py;
+LIBERO: producers/libero/feasibility.py in the LIBERO venv, through infra/libero_feasibility.py);
+the feasible ones are published as CandidateProposed, and CandidatesGenerated records the seeds
+used, what was proposed and why the others were refused. Everything is a function of the log and
+the cycle, with the cycle's event time, so answering the same cycle again (a restart before the
+commit) publishes the same events; a cycle already answered in the log is skipped.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ import faust
 
 from consumers import benchmark_state as q
 from consumers.evidence.store import EvidenceStore
+from producers.libero.exceptions import LiberoScenarioError
+from producers.libero.scenario import LiberoScenario
 from producers.sim.exceptions import ScenarioError
 from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 from schemas.events import make_event
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.mutations.chooser import ChooserConfig, blind_candidates, guided_candidates, propose
-from streams.mutations.operators import MUTATOR_VERSION
+from streams.mutations.operators import MUTATOR_VERSION, scenario_from_dict
 
 log = logging.getLogger("sepa.streams.mutations")
 PRODUCER = "mutator"
@@ -87,11 +90,11 @@ class MutatorRunner:
             return []
         self._wait_for_clusters(cycle["clusters_position"])
         benchmark = q.active_benchmark(self.store, version=cycle["benchmark_version"])
-        parents: dict[str, ScenarioSpec] = {}
+        parents: dict[str, ScenarioSpec | LiberoScenario] = {}
         for a in benchmark.scenarios if benchmark else ():
-            try:
-                parents[a.scenario_id] = ScenarioSpec.from_dict(dict(a.spec))
-            except ScenarioError as exc:  # another benchmark's scenario: not ours to mutate here
+            try:  # robosuite and LIBERO scenarios alike; the chooser picks each one's operators
+                parents[a.scenario_id] = scenario_from_dict(a.spec)
+            except (ScenarioError, LiberoScenarioError) as exc:  # a scenario no operator family knows
                 log.info("cycle %s: not mutating %s: %s", cycle_id, a.scenario_id, exc)
         exclude = set(parents) | {c.scenario_id for c in q.candidates(self.store)}
         cfg = self.config.chooser

@@ -19,6 +19,10 @@ cluster's representative scenario, else its most frequent scenario in ``parents`
 Blind: the same operators with their blind parameter ranges, no cluster, an operator drawn
 uniformly, parents drawn uniformly from the given scenarios.
 
+Per benchmark: the parent's benchmark picks the operator family (``family_for``): robosuite's
+operators (operators.py, FAILURE_OPERATORS here) or LIBERO's (libero_operators.py, its own
+failure-type map and ranges under ``ChooserConfig.libero``); the draws are the same for both.
+
 Deterministic: every draw comes from operators.rng_for(seed, arm, cluster or parent, index), so
 the same inputs and seed give the same candidates, in the same order. A candidate identical to its
 parent or to an earlier candidate is dropped; an operator that has nothing to change (a time
@@ -34,9 +38,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from producers.libero.scenario import LiberoScenario
 from producers.sim.scenario import ScenarioSpec
 from streams.mutations.exceptions import CompositionError, OperatorError, SeedError
-from streams.mutations.operators import OPERATORS, Candidate, FailureSeed, OperatorConfig, rng_for
+from streams.mutations.libero_operators import LiberoChooserConfig, libero_family
+from streams.mutations.operators import (
+    OPERATORS,
+    Candidate,
+    FailureSeed,
+    OperatorConfig,
+    OperatorFamily,
+    rng_for,
+)
 
 # Failure type -> the operators that make that failure more likely (issue 10 section 1).
 FAILURE_OPERATORS: dict[str, tuple[str, ...]] = {
@@ -67,6 +80,8 @@ class ChooserConfig:
     max_clusters: int = 4
     max_attempts: int = 4
     operators: OperatorConfig = field(default_factory=OperatorConfig)
+    # LIBERO parents: their operators' exploration set and ranges (streams/mutations/libero_operators.py)
+    libero: LiberoChooserConfig = field(default_factory=LiberoChooserConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.exploration, bool) or not isinstance(self.exploration, (int, float)) \
@@ -82,34 +97,45 @@ class ChooserConfig:
                 raise ValueError(f"ChooserConfig.{name} must be a positive integer, got {v!r}")
 
 
-def operator_weights(seed: FailureSeed) -> dict[str, float]:
+def family_for(parent: ScenarioSpec | LiberoScenario, config: ChooserConfig) -> OperatorFamily:
+    """The operators for the parent's benchmark: LIBERO's (libero_operators.py) for a
+    LiberoScenario, robosuite's (operators.py) otherwise."""
+    if isinstance(parent, LiberoScenario):
+        return libero_family(config.libero)
+    return OperatorFamily("robosuite", OPERATORS, FAILURE_OPERATORS, tuple(config.exploration_operators),
+                          config.operators)
+
+
+def operator_weights(seed: FailureSeed,
+                     failure_operators: Mapping[str, tuple[str, ...]] = FAILURE_OPERATORS) -> dict[str, float]:
     """Operator -> weight from the cluster's failure types (each type's share split evenly over
     its operators); empty when none of its types maps to an operator."""
     types = seed.root_types or seed.failure_types or ({seed.dominant_failure_type: 1.0}
                                                       if seed.dominant_failure_type else {})
     weights: dict[str, float] = {}
     for kind in sorted(types):
-        ops = FAILURE_OPERATORS.get(kind, ())
+        ops = failure_operators.get(kind, ())
         for op in ops:
             weights[op] = weights.get(op, 0.0) + types[kind] / len(ops)
     return {op: w for op, w in weights.items() if w > 0}
 
 
-def _choose(seed: FailureSeed, rng, config: ChooserConfig) -> tuple[str, str]:
-    weights = operator_weights(seed)
+def _choose(seed: FailureSeed, rng, config: ChooserConfig, family: OperatorFamily) -> tuple[str, str]:
+    weights = operator_weights(seed, family.failure_operators)
     explore = float(rng.random()) < config.exploration
     if explore or not weights:
-        names = sorted(config.exploration_operators)
+        names = sorted(family.exploration_operators)
         return names[int(rng.integers(len(names)))], "exploration"
     names = sorted(weights)
     total = sum(weights[n] for n in names)
     op = names[int(rng.choice(len(names), p=[weights[n] / total for n in names]))]
     types = seed.root_types or seed.failure_types or {seed.dominant_failure_type: 1.0}
-    cause = max((t for t in types if op in FAILURE_OPERATORS.get(t, ())), key=lambda t: (types[t], t))
+    cause = max((t for t in types if op in family.failure_operators.get(t, ())), key=lambda t: (types[t], t))
     return op, f"failure:{cause}"
 
 
-def _parent_of(seed: FailureSeed, parents: Mapping[str, ScenarioSpec]) -> ScenarioSpec:
+def _parent_of(seed: FailureSeed,
+               parents: Mapping[str, ScenarioSpec | LiberoScenario]) -> ScenarioSpec | LiberoScenario:
     if seed.representative_scenario is not None:
         return seed.representative_scenario
     for sid, _ in sorted(seed.scenario_counts.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -173,10 +199,11 @@ def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed:
         except SeedError as exc:
             col.skipped.append(Skipped(f"cluster {s.cluster_id}", str(exc)))
             continue
+        family = family_for(parent, cfg)
         for i in range(cfg.candidates_per_cluster):
             _draw(col, f"cluster {s.cluster_id} #{i}", cfg,
                   lambda a, s=s, i=i: rng_for(seed, "guided", s.cluster_id, i, a),
-                  lambda rng, s=s: _choose(s, rng, cfg), parent, s)
+                  lambda rng, s=s, family=family: _choose(s, rng, cfg, family), parent, s, family)
     return Generated(col.out, col.skipped)
 
 
@@ -187,25 +214,28 @@ def blind_candidates(parents: Sequence[ScenarioSpec], n: int, seed: int, config:
     if not parents:
         raise OperatorError("blind_candidates needs at least one parent scenario")
     ordered = sorted(parents, key=lambda p: p.scenario_id)
-    names = sorted(OPERATORS)
     col = _Collector(exclude)
     for i in range(n):
-        def choose(rng):
-            return names[int(rng.integers(len(names)))], "blind"
         pick = rng_for(seed, "blind-parent", i)
         parent = ordered[int(pick.integers(len(ordered)))]
-        _draw(col, f"blind #{i}", cfg, lambda a, i=i: rng_for(seed, "blind", i, a), choose, parent, None)
+        family = family_for(parent, cfg)
+        names = sorted(family.operators)
+
+        def choose(rng, names=names):
+            return names[int(rng.integers(len(names)))], "blind"
+        _draw(col, f"blind #{i}", cfg, lambda a, i=i: rng_for(seed, "blind", i, a), choose, parent, None, family)
     return Generated(col.out, col.skipped)
 
 
 def _draw(col: _Collector, key: str, cfg: ChooserConfig, rng_at: Callable[[int], Any],
-          choose: Callable[[Any], tuple[str, str]], parent: ScenarioSpec, seed: FailureSeed | None) -> None:
+          choose: Callable[[Any], tuple[str, str]], parent: ScenarioSpec | LiberoScenario, seed: FailureSeed | None,
+          family: OperatorFamily) -> None:
     reasons = []
     for attempt in range(cfg.max_attempts):
         rng = rng_at(attempt)
         op, why = choose(rng)
         try:
-            cand = OPERATORS[op](parent, seed, rng, cfg.operators)
+            cand = family.operators[op](parent, seed, rng, family.config)
         except OperatorError as exc:
             reasons.append(str(exc))
             continue
@@ -236,6 +266,8 @@ def compose(base: ScenarioSpec, promoted: Sequence[tuple[ScenarioSpec, ScenarioS
     differently (distractors are concatenated; a hold's horizon and a time budget conflict)."""
     if len(promoted) < 2:
         raise CompositionError(f"a composition needs at least two promoted scenarios, got {len(promoted)}")
+    if any(isinstance(s, LiberoScenario) for s in (base, *(x for pair in promoted for x in pair))):
+        raise CompositionError("compositions compose robosuite scenarios only; a LIBERO scenario was given")
     changes: dict[str, Any] = {}
     names = []
     for child, parent in promoted:

@@ -51,6 +51,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from producers.libero.exceptions import LiberoScenarioError
+from producers.libero.scenario import LiberoScenario, is_libero
 from producers.sim.scenario import (
     DISTRACTOR_KINDS,
     GRIPPER_START_XY,
@@ -71,7 +73,7 @@ MUTATOR_VERSION = "1"
 ROUND_DIGITS = 4  # 0.1 mm, 0.1 g, 1e-4 of a friction coefficient
 GENERATORS = ("failure-guided", "blind", "composition", "base")
 FACTORS = ("placement", "pose", "friction", "mass", "colour", "distractors", "instruction", "horizon", "hold",
-           "place", "time_budget", "composition")
+           "place", "time_budget", "composition", "camera", "lighting")  # the last two: LIBERO's pixel-only axes
 # Conservative horizontal half-extent of a task object (the Lift cube's half-diagonal is 0.03 m).
 OBJECT_RADIUS_M = 0.03
 # A hand closer than this (horizontally) to the object at the failure was above it: no path there.
@@ -98,6 +100,27 @@ def _s(v: Any) -> str:
     return str(v)
 
 
+def scenario_from_dict(d: Mapping[str, Any]) -> ScenarioSpec | LiberoScenario:
+    """A ScenarioSpec record as the scenario of its benchmark: a LiberoScenario when its
+    ``benchmark`` is "libero", else a robosuite ScenarioSpec. Raises ScenarioError or
+    LiberoScenarioError (both ValueErrors) naming what is wrong."""
+    d = dict(d)
+    return LiberoScenario.from_dict(d) if is_libero(d) else ScenarioSpec.from_dict(d)
+
+
+@dataclass(frozen=True)
+class OperatorFamily:
+    """One benchmark's operators (name -> operator(parent, seed, rng, config) -> Candidate), the
+    failure types that choose them, what exploration draws from, and the operators' config. The
+    chooser picks the family by the parent's benchmark (chooser.family_for)."""
+
+    benchmark: str
+    operators: Mapping[str, Callable]
+    failure_operators: Mapping[str, tuple[str, ...]]
+    exploration_operators: tuple[str, ...]
+    config: Any
+
+
 # -- the failure seed ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -112,7 +135,7 @@ class FailureSeed:
     root_types: dict[str, float]
     site: dict[str, float]
     scenario_counts: dict[str, int]
-    representative_scenario: ScenarioSpec | None
+    representative_scenario: ScenarioSpec | LiberoScenario | None
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> FailureSeed:
@@ -144,8 +167,8 @@ class FailureSeed:
         spec = None
         if isinstance(rep, Mapping) and rep.get("env_name"):
             try:
-                spec = ScenarioSpec.from_dict(dict(rep))
-            except ScenarioError as exc:
+                spec = scenario_from_dict(rep)
+            except (ScenarioError, LiberoScenarioError) as exc:
                 raise SeedError(f"cluster {cid}: representative_scenario is not a usable scenario: {exc}") from exc
         return cls(cluster_id=cid, size=counts["size"], revision=counts["revision"],
                    dominant_failure_type=str(event.get("dominant_failure_type", "") or ""),
@@ -181,8 +204,8 @@ class FailureSeed:
 class Candidate:
     """A child scenario and how it was made. ``params``: strings (CandidateProposed.params)."""
 
-    spec: ScenarioSpec
-    parent: ScenarioSpec
+    spec: ScenarioSpec | LiberoScenario
+    parent: ScenarioSpec | LiberoScenario
     operator: str
     factor: str
     params: dict[str, str]
