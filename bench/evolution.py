@@ -60,6 +60,7 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int) -> dict:
     settings = load_settings(memory_dir=memory, environ={})
     started = time.monotonic()
     processes.up(settings)
+    publisher = None
     try:
         store = processes.open_store(settings)
         codec = make_codec(settings)
@@ -82,6 +83,9 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int) -> dict:
                                       check=orchestrator.still_running(settings))
         return measure(store, models, reports, time.monotonic() - started)
     finally:
+        if publisher is not None:
+            publisher.flush()
+            del publisher  # the producer goes before the broker: else it logs refused reconnects at exit
         processes.down(settings)
 
 
