@@ -117,6 +117,12 @@ def worker_environ(settings: Settings, bootstrap: str, venv: LiberoVenv) -> dict
     return {**base, **settings_environ(resolved), **venv.environ(ROOT)}
 
 
+def ready_file_of(settings: Settings) -> Path:
+    """Where the worker says it is ready: absolute, since the worker runs in the run dir and a
+    relative memory dir (the default, eval_memory) would name a file under itself."""
+    return (settings.run_dir / READY_FILE).resolve()
+
+
 def start_libero_worker(settings: Settings, bootstrap: str, processes: int = 2,
                         policy_servers: dict[str, str] | None = None, cache_root: Path | None = None,
                         timeout_s: float = READY_TIMEOUT_S, wait: bool = True) -> int | None:
@@ -128,7 +134,7 @@ def start_libero_worker(settings: Settings, bootstrap: str, processes: int = 2,
     if not venv.ready():
         return None
     settings.run_dir.mkdir(parents=True, exist_ok=True)
-    ready_file = settings.run_dir / READY_FILE
+    ready_file = ready_file_of(settings)
     ready_file.unlink(missing_ok=True)
     log_path = settings.run_dir / LOG_FILE
     with open(log_path, "ab") as log:

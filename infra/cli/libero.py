@@ -162,7 +162,7 @@ def worker(ctx: typer.Context, processes_: int = typer.Option(2, "--processes", 
            policy_server: list[str] = typer.Option([], help="MODEL=ws://HOST:PORT, repeatable"),
            cache_root: Path | None = typer.Option(None)):
     """Serve LIBERO rollout requests in the foreground (in the LIBERO venv)."""
-    from infra.libero_worker import READY_FILE, worker_command, worker_environ
+    from infra.libero_worker import ready_file_of, worker_command, worker_environ
 
     settings = settings_of(ctx)
     try:
@@ -172,7 +172,7 @@ def worker(ctx: typer.Context, processes_: int = typer.Option(2, "--processes", 
         bootstrap = processes.resolve_bootstrap(settings)
         servers = dict(item.split("=", 1) for item in policy_server)
         settings.run_dir.mkdir(parents=True, exist_ok=True)
-        cmd = worker_command(venv, settings.run_dir / READY_FILE, processes_, servers)
+        cmd = worker_command(venv, ready_file_of(settings), processes_, servers)
         code = subprocess.call(cmd, env=worker_environ(settings, bootstrap, venv), cwd=os.getcwd())
     except (InfraError, ValueError) as exc:
         fail(exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infra.libero_venv import ROOT, LiberoVenv
-from infra.libero_worker import start_libero_worker, worker_command, worker_environ
+from infra.libero_worker import ready_file_of, start_libero_worker, worker_command, worker_environ
 from infra.settings import load_settings
 from producers.libero.exceptions import LiberoScenarioError
 from producers.libero.scenario import LiberoScenario
@@ -62,3 +62,13 @@ def test_the_launcher_starts_nothing_without_a_libero_venv(tmp_path):
     assert env["PYTHONPATH"] == str(ROOT)  # this checkout's code, whatever the venv has installed
     cmd = worker_command(venv, tmp_path / "ready", 3, {"pi0": "ws://h:1"})
     assert cmd[:3] == [str(venv.python), "-m", "infra.libero_worker"] and "pi0=ws://h:1" in cmd
+
+
+def test_the_worker_is_told_absolute_paths_under_a_relative_memory_dir(tmp_path, monkeypatch):
+    # `up` starts the worker in the run dir: a relative ready file or memory dir would name paths
+    # under the run dir itself (eval_memory/run/eval_memory/...), and the worker died at ready.
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(environ={}, memory_dir="eval_memory")
+    assert ready_file_of(settings) == tmp_path / "eval_memory" / "run" / ready_file_of(settings).name
+    env = worker_environ(settings, "127.0.0.1:9", LiberoVenv.at(tmp_path))
+    assert env["SEPA_MEMORY_DIR"] == str(tmp_path / "eval_memory")
