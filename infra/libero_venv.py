@@ -77,7 +77,7 @@ class LiberoVenv:
 
     @property
     def config_dir(self) -> Path:
-        """LIBERO_CONFIG_PATH: holds config.yaml."""
+        """LIBERO_CONFIG_PATH: holds config.yaml (producers.libero.env.VENV_CONFIG_DIR finds it by hand)."""
         return self.root / "libero-config"
 
     @property

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import tempfile
 import weakref
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ LIBERO_DUMMY_ACTION = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)
 # Geom priority given to an object whose friction is set (MuJoCo takes the max of two geoms'
 # frictions unless one has a higher priority; the finger pads have friction 1-2).
 OBJECT_GEOM_PRIORITY = 2
+# Where `sepa-eval libero setup` writes LIBERO's config.yaml inside the venv (LiberoVenv.config_dir).
+VENV_CONFIG_DIR = "libero-config"
 # LIBERO's On(obj, other) holds when obj's centre is within this of other's, horizontally.
 ON_XY_TOLERANCE_M = 0.03
 # LIBERO's in_box lowers a region's floor by this much.
@@ -85,6 +88,11 @@ WRIST_CAMERA = "robot0_eye_in_hand"
 def _libero():
     """LIBERO's env wrapper module, or a clear error outside the LIBERO venv."""
     config = os.environ.get("LIBERO_CONFIG_PATH")
+    if not config and (Path(sys.prefix) / VENV_CONFIG_DIR / "config.yaml").exists():
+        # Run by hand with the LIBERO venv's python (`<venv>/bin/python -m producers.libero.bench`):
+        # the venv's own config, as its workers get it from infra/libero_venv.py.
+        config = os.environ["LIBERO_CONFIG_PATH"] = str(Path(sys.prefix) / VENV_CONFIG_DIR)
+        os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
     if not config or not (Path(config) / "config.yaml").exists():
         raise LiberoSetupMissing("LIBERO_CONFIG_PATH does not point at a directory with config.yaml: run in the "
                                  "LIBERO venv (sepa-eval libero setup), whose workers set it")

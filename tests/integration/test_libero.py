@@ -351,3 +351,17 @@ def test_an_openpi_vla_gets_liberos_observation_layout(libero_venv, catalog, tan
     events = consume(tansu, [f"{prefix}rollout.episodes"])
     started = next(e for e in events if e["envelope"]["event_type"] == "EpisodeStarted")
     assert started["model_id"] == "my-vla" and started["model_version"] == "server"
+
+
+def test_the_venvs_python_runs_the_libero_bench_by_hand(libero_venv, tmp_path):
+    # README: `<libero venv>/bin/python -m producers.libero.bench`, with nothing else set: the env
+    # finds the venv's own config instead of refusing for want of LIBERO_CONFIG_PATH.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIBERO_", "SEPA_", "MUJOCO_", "PYOPENGL"))}
+    env["PYTHONPATH"] = str(ROOT)
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([str(libero_venv.python), "-m", "producers.libero.bench", "--tasks", "4", "--seeds", "1",
+                           "--models", "oracle", "--axes", "base", "--json", str(out)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert (row.get("error"), row["model"], row["axis"], row["episodes"]) == (None, "oracle", "base", 1), row
