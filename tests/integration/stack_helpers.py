@@ -72,3 +72,13 @@ def processes_holding(directory: Path) -> list[int]:
         if any(t.startswith(directory + "/") for t in targets):
             pids.append(int(proc.name))
     return pids
+
+
+def run_chdb(memory_dir: Path, code: str) -> str:
+    """Python in a process of its own against the memory dir's chDB (one chDB directory per process)."""
+    script = ("import sys\nfrom consumers.evidence.store import ClickHouseStore\n"
+              f"store = ClickHouseStore.connect(None, __import__('pathlib').Path({str(memory_dir / 'evidence')!r}), "
+              "'sepa')\n" + code)
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout

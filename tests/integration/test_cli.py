@@ -8,27 +8,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from stack_helpers import ROOT, clean_env, listening, processes_holding, sepa, sepa_command
+from stack_helpers import ROOT, clean_env, listening, processes_holding, run_chdb, sepa, sepa_command
 
 BROKER_COMMANDS = (["topics"], ["synth", "--episodes", "1"], ["sync-models"], ["rollout", "--model", "oracle"],
                    ["replay"], ["sink"])
 # Python's start, the CLI's imports and broker_timeout_s (5 s), on a busy 2-core machine.
 FAIL_FAST_S = 30.0
-
-
-def run_chdb(memory_dir: Path, code: str) -> str:
-    """Python in a process of its own against the memory dir's chDB (one chDB directory per process)."""
-    script = ("import sys\nfrom consumers.evidence.store import ClickHouseStore\n"
-              f"store = ClickHouseStore.connect(None, __import__('pathlib').Path({str(memory_dir / 'evidence')!r}), "
-              "'sepa')\n" + code)
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
 
 
 @pytest.mark.parametrize("broker", ["unreachable", "embedded-not-running"])

@@ -1,0 +1,42 @@
+"""`sepa-eval run --benchmark libero` end to end: up with the LIBERO worker, the base from a
+libero_object task, a sweep, the mutator's LIBERO candidates checked in the LIBERO venv, their
+validation on the LIBERO worker, the gate's decisions, the report of the finished state."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from stack_helpers import clean_env, processes_holding, run_chdb, sepa
+
+RUN_TIMEOUT_S = 1200
+
+
+@pytest.mark.slow
+def test_run_on_libero_goes_round_the_loop_on_libero_scenarios_only(libero_venv, tmp_path):
+    memory_dir = tmp_path / "m"
+    env = clean_env(SEPA_LIBERO_WORKER="true")
+    try:
+        result = sepa(memory_dir, "run", "--benchmark", "libero", "--tasks", "0", "--cycles", "1",
+                      "--sweep-seeds", "20", "--max-candidates", "2", env=env, timeout=RUN_TIMEOUT_S)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    finally:
+        sepa(memory_dir, "down", env=env)
+    facts = json.loads(run_chdb(memory_dir, """
+import json
+from consumers import benchmark_state as q
+rows = store.query("SELECT DISTINCT scenario.benchmark, purpose FROM {database}.rollout_requests FINAL")
+print(json.dumps({
+    "requested": sorted([b, p] for b, p in rows),
+    "candidates": {c.scenario_id: c.status for c in q.candidates(store)},
+    "answered": [c.answered for c in q.cycles(store)],
+}))
+"""))
+    assert facts["answered"] == [True], facts
+    # every rollout of the run, sweeps and validation alike, was of a LIBERO scenario
+    assert {b for b, _ in facts["requested"]} == {"libero"}, facts["requested"]
+    assert {p for _, p in facts["requested"]} == {"sweep", "validation"}, "the critics validated LIBERO candidates"
+    assert len(facts["candidates"]) > 1, "the mutator proposed LIBERO candidates besides the base"
+    assert [s for s, status in facts["candidates"].items() if status == "pending"] == [], facts["candidates"]
+    assert "cycle 1:" in result.stdout and (memory_dir / "report.md").exists()
+    assert processes_holding(memory_dir) == []
