@@ -43,6 +43,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from producers.adapters import adapter_for
+from producers.env_cache import EnvCache
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
 from producers.recorder import EpisodeIdentity, EpisodeSummary, record_episode, simulator_versions
@@ -93,7 +94,7 @@ def sweep_request(scenario: dict, model_id: str, model_version: str, seeds: list
 
 # -- what a pool process keeps between requests ---------------------------------------------
 
-_envs: OrderedDict[tuple[str, bool], Any] = OrderedDict()
+_envs = EnvCache(ENV_CACHE_SIZE)
 _producers: dict[str, Producer] = {}
 _warm_barrier: Any = None
 
@@ -106,23 +107,12 @@ def _init_process(barrier: Any) -> None:
 
 
 def _cached_env(adapter: Any, scenario: dict, keyframes: bool) -> Any:
-    """This process's env for the scenario, built on first use (scenario_id is a content hash)."""
-    key = (scenario["scenario_id"], keyframes)
-    env = _envs.get(key)
-    if env is None:
-        env = adapter.make_env(scenario, keyframes=keyframes)
-        _envs[key] = env
-        while len(_envs) > ENV_CACHE_SIZE:
-            _, old = _envs.popitem(last=False)
-            old.close()
-    _envs.move_to_end(key)
-    return env
+    """This process's env for the scenario, built on first use."""
+    return _envs.get((scenario["scenario_id"], keyframes), lambda: adapter.make_env(scenario, keyframes=keyframes))
 
 
 def _drop_env(scenario: dict, keyframes: bool) -> None:
-    env = _envs.pop((scenario["scenario_id"], keyframes), None)
-    if env is not None:
-        env.close()
+    _envs.drop((scenario["scenario_id"], keyframes))
 
 
 def _cached_producer(producer_config: dict) -> Producer:
@@ -144,7 +134,7 @@ def warm_env(scenario: dict, keyframes: bool) -> int:
 
 def cache_info() -> tuple[int, list[tuple[str, bool]]]:
     """Pool task: this process's pid and the (scenario_id, keyframes) of its cached envs, oldest first."""
-    return os.getpid(), list(_envs)
+    return os.getpid(), _envs.keys()
 
 
 @functools.cache

@@ -33,13 +33,13 @@ import logging
 import multiprocessing
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from producers.env_cache import EnvCache
 from producers.keyframes import KeyframeStore
 from producers.libero.exceptions import LiberoError
 from producers.libero.scenario import LiberoScenario, is_libero
@@ -99,7 +99,7 @@ def episode_identity(request: dict, scenario: LiberoScenario, model: LiberoModel
 
 # -- what a pool process keeps between requests ---------------------------------------------
 
-_envs: OrderedDict[tuple[str, bool], Any] = OrderedDict()
+_envs = EnvCache(ENV_CACHE_SIZE)
 _publisher: Publisher | None = None
 _simulator = ""
 _warm_barrier: Any = None
@@ -118,21 +118,11 @@ def _init_process(barrier: Any, producer_factory: Callable[[], Any], prefix: str
 def _cached_env(scenario: LiberoScenario, keyframes: bool) -> Any:
     from producers.libero.env import LiberoEnv
 
-    key = (scenario.scenario_id, keyframes)
-    env = _envs.get(key)
-    if env is None:
-        env = _envs[key] = LiberoEnv(scenario, keyframes=keyframes)
-        while len(_envs) > ENV_CACHE_SIZE:
-            _, old = _envs.popitem(last=False)
-            old.close()
-    _envs.move_to_end(key)
-    return env
+    return _envs.get((scenario.scenario_id, keyframes), lambda: LiberoEnv(scenario, keyframes=keyframes))
 
 
 def _drop_env(scenario: LiberoScenario, keyframes: bool) -> None:
-    env = _envs.pop((scenario.scenario_id, keyframes), None)
-    if env is not None:
-        env.close()
+    _envs.drop((scenario.scenario_id, keyframes))
 
 
 def warm_env(scenario_record: dict, keyframes: bool) -> int:

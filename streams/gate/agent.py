@@ -22,6 +22,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from functools import cached_property
 
 import faust
 from faust.types import TP
@@ -91,14 +92,11 @@ class GateRunner:
         self.gate = gate
         self.clock = clock
         self.awaiting: set[str] = set()
-        self._store: EvidenceStore | None = None
         self.stats = {"ticks": 0, "decisions": 0}
 
-    @property
-    def store(self) -> EvidenceStore:
-        if self._store is None:
-            self._store = self.store_factory()
-        return self._store
+    @cached_property
+    def store(self) -> EvidenceStore:  # opened on the first message, in the worker's thread
+        return self.store_factory()
 
     def tick(self) -> list[Outgoing]:
         """The decisions to publish now (none while the last ones are not in the log yet)."""

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import faust
 
@@ -66,14 +67,11 @@ class SweepRunner:
         self.config = config
         source = BY_NAME[SOURCE_TOPIC]
         self.intake = Intake(codec, CONSUMER, config.run_id, {source.full_name(topic_prefix): source})
-        self._store: EvidenceStore | None = None
         self.stats = {"registrations": 0, "requests": 0}
 
-    @property
-    def store(self) -> EvidenceStore:
-        if self._store is None:
-            self._store = self.store_factory()
-        return self._store
+    @cached_property
+    def store(self) -> EvidenceStore:  # opened on the first message, in the worker's thread
+        return self.store_factory()
 
     def on_message(self, raw: RawMessage) -> list[Outgoing]:
         event, dead = self.intake.admit(raw)

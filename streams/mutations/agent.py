@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import faust
 
@@ -58,14 +59,11 @@ class MutatorRunner:
         self.config = config
         self.check = check
         self.intake = Intake(codec, PRODUCER, config.run_id)
-        self._store: EvidenceStore | None = None
         self.stats = {"cycles": 0, "proposed": 0, "infeasible": 0}
 
-    @property
-    def store(self) -> EvidenceStore:
-        if self._store is None:
-            self._store = self.store_factory()
-        return self._store
+    @cached_property
+    def store(self) -> EvidenceStore:  # opened on the first message, in the worker's thread
+        return self.store_factory()
 
     def on_message(self, raw: RawMessage) -> list[Outgoing]:
         event, dead = self.intake.admit(raw)
