@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import typer
 from rich.table import Table
 
-from consumers.benchmark_state import derived_state, state_digest
+from consumers.benchmark_state import derived_state, open_reviews, state_digest
 from consumers.evidence.exceptions import EvidenceError
 from consumers.report import write_report
 from infra import orchestrator, processes
@@ -69,6 +69,7 @@ def run(ctx: typer.Context,
                                           check=orchestrator.still_running(settings))
         state = derived_state(store)
         files = write_report(store, settings.memory_dir, settings.memory_dir / "keyframes")
+        reviews = open_reviews(store)
     except (InfraError, EvidenceError, ProducerError, ConfigError, ValueError, OSError) as exc:
         if isinstance(exc, WaitTimeout):
             exc = WaitTimeout(f"{exc}; see the logs in {settings.run_dir}")
@@ -78,6 +79,10 @@ def run(ctx: typer.Context,
     console.print(f"{len(reports)} cycles, {total} rollouts, {seconds:.0f} s; benchmark v{reports[-1].version_after}; "
                   f"wrote {files.markdown} and {files.html}")
     console.print(f"state digest {state_digest(state)}")
+    if reviews:  # the gate asked a person: say how to answer
+        console.print(f"{len(reviews)} candidate(s) awaiting review: `sepa-eval review list`, then "
+                      "`sepa-eval review approve|reject ID`")
+    console.print("the stack is still up for `status`, `report`, `eval`, `review`; `sepa-eval down` stops it")
 
 
 def libero_base(suite: str, tasks: str | None) -> tuple[dict, ...]:

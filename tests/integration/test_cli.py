@@ -182,6 +182,7 @@ def test_run_evolves_the_benchmark_one_cycle_and_reports_what_the_log_holds(tmp_
     versions = sorted(v for kind, _, v, _ in facts["decisions"] if kind in ("Promoted", "Retired"))
     assert versions == list(range(1, len(versions) + 1)) and int(line.group(4)) == versions[-1]
     assert facts["clusters"] > 0, "a run with this many failures shows clusters"
+    assert "`sepa-eval down` stops it" in out, "run says the stack stays up and how to stop it"
     assert processes_holding(memory_dir) == []
 
 
