@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from producers.fixed_order import norm
+
 ROBOT_GROUPS = ("gripper", "robot")
 
 
@@ -67,7 +69,7 @@ def path_efficiency(eef_pos: np.ndarray, min_path_m: float = DEFAULT_QUALITY.min
     travelled = float(np.sum(np.linalg.norm(np.diff(p, axis=0), axis=1)))
     if travelled < min_path_m:
         return 1.0
-    return min(1.0, float(np.linalg.norm(p[-1] - p[0])) / travelled)
+    return min(1.0, float(norm(p[-1] - p[0])) / travelled)
 
 
 def robot_contact_force(signals: dict[str, Any]) -> float:

@@ -25,6 +25,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from producers.fixed_order import dot, norm
+
 # The Avro Step record's per-step signal fields, in schema order.
 SIGNAL_KEYS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
                "joint_torques", "joint_pos", "goal_distance", "object_lift")
@@ -93,13 +95,13 @@ class StepSignals:
         """Distance between the finger pads' inner faces, m."""
         p0, p1 = self.pads[0], self.pads[1]
         axis = d.geom_xmat[p0].reshape(3, 3)[:, self.pad_axis]
-        pad_sep = abs(float(np.dot(d.geom_xpos[p0] - d.geom_xpos[p1], axis)))
+        pad_sep = abs(float(dot(d.geom_xpos[p0] - d.geom_xpos[p1], axis)))
         return max(0.0, pad_sep - self.pad_thickness)
 
     def pad_axis_world(self, d: mujoco.MjData) -> np.ndarray:
         """The fingers' closing direction in the world (unit vector)."""
         axis = d.geom_xmat[self.pads[0]].reshape(3, 3)[:, self.pad_axis]
-        return axis / np.linalg.norm(axis)
+        return axis / norm(axis)
 
     def contacts(self, m: mujoco.MjModel, d: mujoco.MjData) -> tuple[list[dict[str, Any]], float]:
         """(contacts [{a, b, normal_force}] summed per pair of groups, a < b, sorted; the fingers'

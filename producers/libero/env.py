@@ -53,6 +53,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported: he
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from producers import robosuite_arithmetic  # noqa: E402
+from producers.fixed_order import dot, norm  # noqa: E402
 from producers.libero.exceptions import LiberoEnvError, LiberoScenarioError, LiberoSetupMissing  # noqa: E402
 from producers.libero.scenario import TARGET, LiberoScenario, parse_perturbation  # noqa: E402
 from producers.libero.tasks import TaskCatalog, TaskInfo  # noqa: E402
@@ -101,6 +103,9 @@ def _libero():
         from libero.libero.envs.objects import get_object_dict
     except ImportError as exc:
         raise LiberoSetupMissing(f"LIBERO is not importable here ({exc}); run in the LIBERO venv") from exc
+    # robosuite 1.4's and LIBERO's BLAS arithmetic replaced by fixed-order arithmetic, so an episode
+    # is the same on every machine (producers/robosuite_arithmetic.py)
+    robosuite_arithmetic.install()
     return env_wrapper, get_object_dict
 
 
@@ -566,7 +571,7 @@ class LiberoEnv:
             return None
         d = self.data
         centre = d.site_xpos[self._goal_site_id].copy()
-        half = np.abs(d.site_xmat[self._goal_site_id].reshape(3, 3) @ self._goal_half)
+        half = np.abs(dot(d.site_xmat[self._goal_site_id].reshape(3, 3), self._goal_half))
         return centre, half
 
     def goal_container(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -599,14 +604,14 @@ class LiberoEnv:
             lo, hi = centre - half, centre + half
             lo[2] -= IN_BOX_FLOOR_SLACK_M
             gap = np.maximum(0.0, np.maximum(lo - pos, pos - hi))
-            return float(np.linalg.norm(gap))
+            return float(norm(gap))
         if self._goal_kind == "on":
             other = d.xpos[self._goal_other]
-            xy = float(np.linalg.norm(pos[:2] - other[:2]))
+            xy = float(norm(pos[:2] - other[:2]))
             return max(0.0, xy - ON_XY_TOLERANCE_M) + max(0.0, float(other[2] - pos[2]))
         if self._success:
             return 0.0
-        return float(np.linalg.norm(d.site_xpos[self._eef_site] - pos))
+        return float(norm(d.site_xpos[self._eef_site] - pos))
 
     # -- privileged geometry (scripted policies, feasibility) --------------------------------
 
@@ -619,7 +624,7 @@ class LiberoEnv:
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=float)
         for g in geoms:
             centre, half = m.geom_aabb[g, :3], m.geom_aabb[g, 3:]
-            corners = (centre + signs * half) @ d.geom_xmat[g].reshape(3, 3).T + d.geom_xpos[g]
+            corners = dot(centre + signs * half, d.geom_xmat[g].reshape(3, 3).T) + d.geom_xpos[g]
             lo, hi = np.minimum(lo, corners.min(0)), np.maximum(hi, corners.max(0))
         return (lo + hi) / 2, (hi - lo) / 2
 
@@ -629,7 +634,7 @@ class LiberoEnv:
         geoms = self._obj_geoms[name]
         geoms = geoms[(m.geom_contype[geoms] != 0) | (m.geom_conaffinity[geoms] != 0)]
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=float)
-        pts = [(m.geom_aabb[g, :3] + signs * m.geom_aabb[g, 3:]) @ d.geom_xmat[g].reshape(3, 3).T + d.geom_xpos[g]
+        pts = [dot(m.geom_aabb[g, :3] + signs * m.geom_aabb[g, 3:], d.geom_xmat[g].reshape(3, 3).T) + d.geom_xpos[g]
                for g in geoms]
         return np.concatenate(pts)[:, :2]
 
@@ -640,7 +645,7 @@ class LiberoEnv:
     def object_speeds(self) -> dict[str, float]:
         """Linear speed (m/s) of every object's free joint."""
         d = self.data
-        return {o.name: float(np.linalg.norm(d.qvel[o.qvel:o.qvel + 3])) for o in self._objs if o.qvel >= 0}
+        return {o.name: float(norm(d.qvel[o.qvel:o.qvel + 3])) for o in self._objs if o.qvel >= 0}
 
     def penetrations(self) -> list[tuple[str, str, float]]:
         """Contacts between objects (or an object and the table) deeper than 0: (a, b, depth m)."""

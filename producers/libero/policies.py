@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from producers.fixed_order import dot, norm
 from producers.sim.policies import Skill
 
 ACTION_DIM = 7
@@ -90,14 +91,14 @@ def _rotvec(q) -> np.ndarray:
     q = np.asarray(q, dtype=float)
     if q[3] < 0:
         q = -q
-    s = float(np.linalg.norm(q[:3]))
+    s = float(norm(q[:3]))
     if s < 1e-12:
         return np.zeros(3)
     return q[:3] / s * (2.0 * math.atan2(s, q[3]))
 
 
 def _box_distance(point: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
-    return float(np.linalg.norm(np.maximum(0.0, np.maximum(lo - point, point - hi))))
+    return float(norm(np.maximum(0.0, np.maximum(lo - point, point - hi))))
 
 
 def closing_angle(footprint: np.ndarray, centre_xy: np.ndarray,
@@ -114,7 +115,7 @@ def closing_angle(footprint: np.ndarray, centre_xy: np.ndarray,
     for deg in range(0, 180, GRASP_YAW_STEP_DEG):
         a = math.radians(deg)
         axis = np.array([math.cos(a), math.sin(a)])
-        proj = pts @ axis
+        proj = dot(pts, axis)
         width = float(proj.max() - proj.min())
         clear = CLEARANCE_ENOUGH_M
         for r in HAND_PROBE_M:
@@ -237,12 +238,12 @@ class ScriptedPickPlace:
         timed_out = self._phase_t >= PHASE_TIMEOUT_STEPS
         self._phase_t += 1
         target_now = np.asarray(signals["object_poses"][0]["pos"], dtype=float)
-        align = float(np.linalg.norm(_rotvec(_quat_mul(plan.orientation, quat * np.array([-1, -1, -1, 1])))))
+        align = float(norm(_rotvec(_quat_mul(plan.orientation, quat * np.array([-1, -1, -1, 1])))))
         phase = self.phase
         if phase == "approach":
             goal = np.array([*plan.target_xy, max(plan.hover_z, eef[2] if self._phase_t < 3 else plan.hover_z)])
             goal[2] = plan.hover_z
-            if (np.linalg.norm(eef[:2] - plan.target_xy) < xy_tol * self._leave_factor
+            if (norm(eef[:2] - plan.target_xy) < xy_tol * self._leave_factor
                     and abs(eef[2] - plan.hover_z) < 3 * z_tol and align < ALIGN_TOL_RAD / sk.precision) or timed_out:
                 self._next("descend")
             return self._noisy(self._move(eef, quat, goal, GRIP_OPEN))
@@ -267,7 +268,7 @@ class ScriptedPickPlace:
         held_offset = target_now[:2] - eef[:2]  # carry the object, not the hand, over the goal
         if phase == "carry":
             goal = np.array([*(plan.goal_xy - held_offset), plan.carry_z])
-            if np.linalg.norm(target_now[:2] - plan.goal_xy) < 2 * xy_tol or timed_out:
+            if norm(target_now[:2] - plan.goal_xy) < 2 * xy_tol or timed_out:
                 self._next("lower")
             return self._noisy(self._move(eef, quat, goal, GRIP_CLOSE))
         if phase == "lower":

@@ -24,7 +24,9 @@ Speed: a control step runs 25 physics substeps, and robosuite runs its controlle
 each. ``step`` goes through _LeanControlStep, which makes the same MuJoCo calls and does the same
 arithmetic without robosuite's per-substep overhead, the arithmetic compiled
 (producers/sim/osc_substep.py): about 3x the steps/s of robosuite's own step, with bit-identical
-results (tests/unit/sim/test_sim_lean_step.py compares the two).
+results (tests/unit/sim/test_sim_lean_step.py compares the two). Both run the fixed-order
+arithmetic producers/robosuite_arithmetic.py installs into robosuite on import, so an episode is
+the same on every machine, whichever BLAS kernel numpy picked.
 ``robosuite_env.lean_step = False`` runs robosuite's stock step.
 
 Tasks beyond robosuite's own: lift then place (``spec.place_target_xy``, Lift only): the goal is
@@ -62,11 +64,17 @@ from robosuite.robots.fixed_base_robot import FixedBaseRobot
 from robosuite.utils.observables import NO_DELAY
 from robosuite.utils.placement_samplers import SequentialCompositeSampler
 
+from producers import robosuite_arithmetic
+from producers.fixed_order import norm
 from producers.sim import osc_substep
 from producers.sim.exceptions import ActionError, EnvError, KeyframeError
 from producers.sim.scenario import OBJECT_GEOM_PRIORITY, Distractor, ScenarioSpec
 from producers.step_signals import OBJECT_GROUP, StepSignals
 from producers.step_signals import SIGNAL_KEYS as SIGNAL_KEYS  # re-exported: the keys of SimEnv.signals()
+
+# robosuite's BLAS arithmetic replaced by fixed-order arithmetic, so an episode is the same on every
+# machine (producers/robosuite_arithmetic.py).
+robosuite_arithmetic.install()
 
 CONTROL_FREQ_HZ = 20
 ACTION_DIM = 7
@@ -126,10 +134,10 @@ class _LeanControlStep:
     on every substep whether it is due, and ~40 small numpy calls. This class makes the same MuJoCo
     calls and does the same arithmetic in the same order, the arithmetic compiled
     (producers/sim/osc_substep.py), so the physics, the controller gains and every number stay
-    exactly what robosuite computes; tests/unit/sim/test_sim_lean_step.py compares it with
-    robosuite's own step bit for bit. Goals (the policy substep) are set by robosuite's own
-    CompositeController.set_goal; reward and observations by robosuite's own _post_action and
-    _get_observations.
+    exactly what robosuite computes (with its fixed-order arithmetic installed);
+    tests/unit/sim/test_sim_lean_step.py compares it with robosuite's own step bit for bit. Goals
+    (the policy substep) are set by robosuite's own CompositeController.set_goal; reward and
+    observations by robosuite's own _post_action and _get_observations.
 
     One thing is left out: robosuite's proprioceptive history buffers (robot.recent_qpos,
     recent_actions, recent_torques, recent_ee_*), ~0.3 ms of every control step. Nothing in a
@@ -785,7 +793,7 @@ class SimEnv:
     def object_speed(self) -> float:
         """Linear speed of the manipulated object, m/s."""
         adr = self._manip.dof_adr
-        return float(np.linalg.norm(self.data.qvel[adr:adr + 3]))
+        return float(norm(self.data.qvel[adr:adr + 3]))
 
     @property
     def lifted(self) -> bool:
@@ -853,13 +861,13 @@ class SimEnv:
         if self.spec.env_name == "Lift":
             if self._place_target is not None:
                 pos = self.data.xpos[self._manip.body_id]
-                xy = float(np.linalg.norm(pos[:2] - self._place_target))
+                xy = float(norm(pos[:2] - self._place_target))
                 lift = self.object_lift()
                 if self._lifted:
                     return abs(lift) + xy
                 return max(0.0, LIFT_SUCCESS_HEIGHT_M - lift) + LIFT_SUCCESS_HEIGHT_M + xy
             return max(0.0, LIFT_SUCCESS_HEIGHT_M - self.object_lift())
-        return float(np.linalg.norm(self.data.xpos[self._manip.body_id] - self.goal_pos()))
+        return float(norm(self.data.xpos[self._manip.body_id] - self.goal_pos()))
 
     def success_relative(self) -> bool:
         """Task success measured against the episode's own start, not absolute heights.
@@ -900,7 +908,7 @@ class SimEnv:
         if not self._lifted:
             return False
         pos = self.data.xpos[self._manip.body_id]
-        return bool(float(np.linalg.norm(pos[:2] - self._place_target)) <= PLACE_XY_TOL_M
+        return bool(float(norm(pos[:2] - self._place_target)) <= PLACE_XY_TOL_M
                     and abs(self.object_lift()) <= PLACE_Z_TOL_M
                     and self.object_speed() <= PLACE_REST_SPEED_M_S
                     and not self._fingers_touch(self._manip.body_id))
@@ -976,4 +984,5 @@ def _track_renderer(env: SimEnv) -> None:
 
 def make_env(spec: ScenarioSpec, *, keyframes: bool = False) -> SimEnv:
     """Builds the headless env for ``spec`` (1-3 s). ``keyframes=True`` enables render_keyframe()."""
+    robosuite_arithmetic.install()  # again: building an env may import robosuite modules first used now
     return SimEnv(spec, keyframes=keyframes)

@@ -53,6 +53,7 @@ from typing import Any
 import fastavro
 import numpy as np
 
+from producers.fixed_order import norm
 from producers.recorder import EpisodeIdentity, EpisodeRecorder, simulator_versions
 from producers.sim.envs import SimEnv, make_env
 from producers.sim.faults import FreezeAt, PerceptionOffset, ReleaseWhenLifted
@@ -157,7 +158,7 @@ def _hand_slides_on_object(trace: Trace) -> int | None:
             continue
         if not _closing(s):
             return None
-        if np.linalg.norm(np.asarray(s["eef_pos"]) - _target_pos(s) - ref) >= SLIDE_M:
+        if norm(np.asarray(s["eef_pos"]) - _target_pos(s) - ref) >= SLIDE_M:
             return s["t"]
     return None
 
@@ -189,7 +190,7 @@ def _freeze_plus_window(trace: Trace) -> int | None:
 
 
 def _hand_as_near_as_it_gets(trace: Trace) -> int | None:
-    gaps = [float(np.linalg.norm((np.asarray(s["eef_pos"]) - _target_pos(s))[:2])) for s in trace.steps]
+    gaps = [float(norm((np.asarray(s["eef_pos"]) - _target_pos(s))[:2])) for s in trace.steps]
     if not gaps:
         return None
     nearest = min(gaps)

@@ -42,6 +42,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from producers.fixed_order import dot, norm
 from producers.sim.envs import SimEnv, make_env
 from producers.sim.exceptions import EnvError
 from producers.sim.policies import GRASP_DZ_M, OracleScripted
@@ -122,8 +123,8 @@ def _point_rect_distance(p: np.ndarray, f: _Footprint) -> float:
     """Signed distance from p to rectangle f (negative inside)."""
     ax = _axes(f)
     d = p - f.centre
-    local = np.array([abs(float(d @ ax[0])), abs(float(d @ ax[1]))]) - np.array(f.half)
-    outside = float(np.linalg.norm(np.maximum(local, 0.0)))
+    local = np.array([abs(float(dot(d, ax[0]))), abs(float(dot(d, ax[1])))]) - np.array(f.half)
+    outside = float(norm(np.maximum(local, 0.0)))
     inside = float(min(max(local[0], local[1]), 0.0))
     return outside + inside
 
@@ -131,7 +132,7 @@ def _point_rect_distance(p: np.ndarray, f: _Footprint) -> float:
 def footprint_gap(a: _Footprint, b: _Footprint) -> float:
     """Horizontal clearance between two footprints, m; negative when they overlap."""
     if a.half is None and b.half is None:
-        return float(np.linalg.norm(a.centre - b.centre)) - a.radius - b.radius
+        return float(norm(a.centre - b.centre)) - a.radius - b.radius
     if a.half is None:
         return _point_rect_distance(a.centre, b) - a.radius
     if b.half is None:
@@ -140,9 +141,9 @@ def footprint_gap(a: _Footprint, b: _Footprint) -> float:
     d = b.centre - a.centre
     gaps = []
     for axis in _axes(a) + _axes(b):
-        ra = sum(h * abs(float(axis @ e)) for h, e in zip(a.half, _axes(a), strict=True))
-        rb = sum(h * abs(float(axis @ e)) for h, e in zip(b.half, _axes(b), strict=True))
-        gaps.append(abs(float(d @ axis)) - ra - rb)
+        ra = sum(h * abs(float(dot(axis, e))) for h, e in zip(a.half, _axes(a), strict=True))
+        rb = sum(h * abs(float(dot(axis, e))) for h, e in zip(b.half, _axes(b), strict=True))
+        gaps.append(abs(float(dot(d, axis))) - ra - rb)
     return max(gaps)
 
 
@@ -180,7 +181,7 @@ def _lowest_z(env: SimEnv, body: int) -> float:
             continue
         row = d.geom_xmat[g].reshape(3, 3)[2]  # world z of each local axis
         centre, half = m.geom_aabb[g][:3], m.geom_aabb[g][3:]
-        z = float(d.geom_xpos[g][2] + row @ centre - np.abs(row) @ half)
+        z = float(d.geom_xpos[g][2] + dot(row, centre) - dot(np.abs(row), half))
         lowest = min(lowest, z)
     return lowest
 
@@ -202,7 +203,7 @@ def _spec_checks(spec: ScenarioSpec, cfg: FeasibilityConfig, measures: dict[str,
         measures["min_distractor_gap_m"] = _r(worst)
     if spec.place_target_xy is not None:
         target = np.asarray(spec.place_target_xy, dtype=float)
-        radius = float(np.linalg.norm(target - np.asarray(ROBOT_BASE_XY_FROM_TABLE)))
+        radius = float(norm(target - np.asarray(ROBOT_BASE_XY_FROM_TABLE)))
         measures["place_target_radius_m"] = _r(radius)
         if radius > cfg.max_reach_radius_m:
             raise _Infeasible(f"place target {tuple(spec.place_target_xy)} is {radius:.3f} m from the robot base, "
@@ -239,7 +240,7 @@ def _check_seed(env: SimEnv, seed: int, cfg: FeasibilityConfig, measures: dict[s
     bodies = env.object_bodies()
     for name, body in bodies.items():
         adr = env.model.jnt_dofadr[env.model.body_jntadr[body]]
-        speed = float(np.linalg.norm(env.data.qvel[adr:adr + 3]))
+        speed = float(norm(env.data.qvel[adr:adr + 3]))
         gap = _lowest_z(env, body) - surface
         _worst(measures, "max_rest_speed_m_s", speed)
         _worst(measures, "max_rest_gap_m", abs(gap))
@@ -278,7 +279,7 @@ def _reach_miss(env: SimEnv, obs: dict, seed: int, cfg: FeasibilityConfig) -> fl
         signals = env.signals()
         obj = next(p["pos"] for p in signals["object_poses"] if p["name"] == target)
         grasp = np.asarray(obj) + np.array([0.0, 0.0, GRASP_DZ_M])
-        best = min(best, float(np.linalg.norm(np.asarray(signals["eef_pos"]) - grasp)))
+        best = min(best, float(norm(np.asarray(signals["eef_pos"]) - grasp)))
         if oracle.phase not in ("approach", "descend"):
             break
     return best

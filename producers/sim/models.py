@@ -154,9 +154,10 @@ def _entry(path: Path, index: int, raw: Any) -> ModelConfig:
         raise ModelConfigError(f"{where}: {exc}") from exc
 
 
-def load_models(path: str | Path = DEFAULT_MODELS_PATH) -> list[ModelConfig]:
-    """Parses a models.yaml; refuses unknown or missing keys, bad values and duplicate model_ids."""
-    path = Path(path)
+def load_models(path: str | Path | None = None) -> list[ModelConfig]:
+    """Parses a models.yaml (None: the default one); refuses unknown or missing keys, bad values and
+    duplicate model_ids."""
+    path = Path(path) if path is not None else DEFAULT_MODELS_PATH
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:

@@ -3,11 +3,11 @@ runs on each of the 25 substeps of a control step.
 
 robosuite computes the OSC torques in Python on every substep. The arithmetic is small (7x7
 matrices), so the time goes to ~40 numpy calls of ~1-3 us of Python each. These functions do
-the same operations in the same order in one numba call: numpy's elementwise arithmetic is
-IEEE-exact either way, and robosuite's own jitted opspace_matrices, orientation_error and
-nullspace_torques are called with arrays of the layouts robosuite gives them, so the same
-compiled code runs. tests/unit/sim/test_sim_lean_step.py checks the outcome bit for bit against
-robosuite's stock step.
+the same operations in the same order in one numba call: elementwise arithmetic is IEEE-exact
+either way, and every product, inverse and robosuite helper is the fixed-order one that
+producers/robosuite_arithmetic.py installs into robosuite (BLAS's results depend on the
+machine's kernel; these do not), so the compiled code computes what robosuite's stock step then
+computes, bit for bit: tests/unit/sim/test_sim_lean_step.py checks it.
 
     osc_update(...)    OperationalSpaceController.update(): the arm's state, from mjData
     osc_torques(...)   run_controller(): torques for the goal, written to mjData.ctrl
@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from robosuite.utils.control_utils import nullspace_torques, opspace_matrices, orientation_error
+from robosuite.utils.control_utils import orientation_error  # np.cross only: no BLAS, robosuite's own
+
+from producers.fixed_order import matmat, matvec
+from producers.robosuite_arithmetic import nullspace_torques, opspace_matrices
 
 # ints[] layout: the sites and the index ranges the substep reads and writes
 BASE_SITE, REF_SITE, QPOS0, QPOS1, QVEL0, QVEL1, ACT0, ACT1, GRIP0, GRIP1, UNCOUPLING = range(11)
@@ -65,8 +68,8 @@ def osc_update(qpos, qvel, site_xpos, site_xmat, ints, jacp, jacr, mass_full,
     origin_ori[:, :] = site_xmat[base].reshape((3, 3))
     ref_pos[:] = site_xpos[ref]
     ref_ori_mat[:, :] = site_xmat[ref].reshape((3, 3))
-    ref_pos_vel[:] = np.dot(jacp, qvel)
-    ref_ori_vel[:] = np.dot(jacr, qvel)
+    ref_pos_vel[:] = matvec(jacp, qvel)
+    ref_ori_vel[:] = matvec(jacr, qvel)
     J_pos[:, :] = jacp[:, qv0:qv1]
     J_ori[:, :] = jacr[:, qv0:qv1]
     J_full[:3] = J_pos
@@ -84,22 +87,22 @@ def osc_torques(qvel, qfrc_bias, ctrl, ints, goal_pos, goal_ori, kp, kd, initial
     the actuator controls: the arm's torques clipped to their ranges, the gripper's command
     (fixed for the whole control step). base_jacp/base_jacr: mj_jacSite of the base site."""
     qv0, qv1 = ints[QVEL0], ints[QVEL1]
-    desired_world_pos = origin_pos + np.dot(origin_ori, goal_pos)
-    desired_world_ori = np.dot(origin_ori, goal_ori)
+    desired_world_pos = origin_pos + matvec(origin_ori, goal_pos)
+    desired_world_ori = matmat(origin_ori, goal_ori)
     ori_error = orientation_error(desired_world_ori, ref_ori_mat)
     position_error = desired_world_pos - ref_pos
-    base_pos_vel = np.dot(base_jacp, qvel)
-    base_ori_vel = np.dot(base_jacr, qvel)
+    base_pos_vel = matvec(base_jacp, qvel)
+    base_ori_vel = matvec(base_jacr, qvel)
     vel_pos_error = -(ref_pos_vel - base_pos_vel)
     desired_force = np.multiply(position_error, kp[0:3]) + np.multiply(vel_pos_error, kd[0:3])
     vel_ori_error = -(ref_ori_vel - base_ori_vel)
     desired_torque = np.multiply(ori_error, kp[3:6]) + np.multiply(vel_ori_error, kd[3:6])
     lambda_full, lambda_pos, lambda_ori, nullspace_matrix = opspace_matrices(mass_matrix, J_full, J_pos, J_ori)
     if ints[UNCOUPLING]:
-        decoupled_wrench = np.concatenate((np.dot(lambda_pos, desired_force), np.dot(lambda_ori, desired_torque)))
+        decoupled_wrench = np.concatenate((matvec(lambda_pos, desired_force), matvec(lambda_ori, desired_torque)))
     else:
-        decoupled_wrench = np.dot(lambda_full, np.concatenate((desired_force, desired_torque)))
-    torques[:] = np.dot(J_full.T, decoupled_wrench) + qfrc_bias[qv0:qv1]
+        decoupled_wrench = matvec(lambda_full, np.concatenate((desired_force, desired_torque)))
+    torques[:] = matvec(J_full.T, decoupled_wrench) + qfrc_bias[qv0:qv1]
     torques += nullspace_torques(mass_matrix, nullspace_matrix, initial_joint, joint_pos, joint_vel)
     a0, g0 = ints[ACT0], ints[GRIP0]
     for i in range(ints[ACT1] - a0):

@@ -39,6 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from producers.fixed_order import norm
 from producers.sim.exceptions import UnknownPolicy
 from producers.sim.scenario import ScenarioSpec
 
@@ -193,7 +194,7 @@ def _rotvec(q: np.ndarray) -> np.ndarray:
     """Axis-angle vector of a unit quaternion (xyzw), angle in [0, pi]."""
     if q[3] < 0:
         q = -q
-    s = float(np.linalg.norm(q[:3]))
+    s = float(norm(q[:3]))
     if s < 1e-12:
         return np.zeros(3)
     return q[:3] / s * (2.0 * math.atan2(s, q[3]))
@@ -289,7 +290,7 @@ class ScriptedPolicy:
 
     def _aligned(self, quat: np.ndarray) -> bool:
         desired = _qmul(_zrot(self._yaw_offset), self._start_quat)
-        return float(np.linalg.norm(_rotvec(_qmul(desired, _qconj(quat))))) < ALIGN_TOL_RAD / self.skill.precision
+        return float(norm(_rotvec(_qmul(desired, _qconj(quat))))) < ALIGN_TOL_RAD / self.skill.precision
 
     # -- act --------------------------------------------------------------------------
     def act(self, obs: dict[str, Any], signals: dict[str, Any]) -> np.ndarray:
@@ -302,10 +303,10 @@ class ScriptedPolicy:
             self._start_quat = quat.copy()
             k = self.skill.range_noise_per_m
             if k:
-                self._pick_std += k * float(np.linalg.norm(obj_pos[:2] - eef[:2]))
+                self._pick_std += k * float(norm(obj_pos[:2] - eef[:2]))
                 self._pick_bias = np.append(self._pick_std * self._pick_z, 0.0)
                 if self._carries:  # where it puts the object down is seen from the start too
-                    place_std = self.skill.target_noise_m + k * float(np.linalg.norm(self._goal(obs)[:2] - eef[:2]))
+                    place_std = self.skill.target_noise_m + k * float(norm(self._goal(obs)[:2] - eef[:2]))
                     self._place_bias = np.append(place_std * self._place_z, 0.0)
         believed = obj_pos + self._pick_bias
         if self.skill.distractor_pull:
@@ -323,7 +324,7 @@ class ScriptedPolicy:
             target = believed + np.array([0.0, 0.0, HOVER_M])
             pos_a = self._move(eef, target)
             err = target - eef
-            if (np.linalg.norm(err[:2]) < self._xy_tol and abs(err[2]) < 2 * self._z_tol
+            if (norm(err[:2]) < self._xy_tol and abs(err[2]) < 2 * self._z_tol
                     and self._aligned(quat)) or timeout:
                 self._goto("descend")
         elif phase == "descend":
@@ -369,7 +370,7 @@ class ScriptedPolicy:
             goal = self._goal(obs) + self._place_bias
             err = np.array([goal[0] - obj_pos[0], goal[1] - obj_pos[1], self._lift_z - eef[2]])
             pos_a = self._move(np.zeros(3), err)
-            if np.linalg.norm(err[:2]) < 2 * self._xy_tol or timeout:
+            if norm(err[:2]) < 2 * self._xy_tol or timeout:
                 self._goto("lower")
         elif phase == "lower":
             grip = GRIP_CLOSE
@@ -407,7 +408,7 @@ class ScriptedPolicy:
             if not p["name"].startswith("distractor"):
                 continue
             delta = np.asarray(p["pos"], dtype=float) - obj_pos
-            d = float(np.linalg.norm(delta[:2]))
+            d = float(norm(delta[:2]))
             if d < best:
                 best = d
                 offset = np.array([delta[0], delta[1], 0.0]) * self.skill.distractor_pull * (

@@ -55,6 +55,7 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import DBSCAN
 from sklearn.metrics import adjusted_rand_score
 
+from producers.fixed_order import dot, norm
 from schemas.events import make_event, stable_id
 from streams.exceptions import ClustererError, ConfigError
 from streams.failures.detector import FAILURE_TYPES
@@ -134,7 +135,7 @@ class MicroCluster:
     def radius(self) -> float:
         """RMS distance of the members from the centre."""
         c = self.centre
-        return math.sqrt(max(0.0, self.ss / self.weight - float(c @ c)))
+        return math.sqrt(max(0.0, self.ss / self.weight - float(dot(c, c))))
 
 
 @dataclass
@@ -231,10 +232,10 @@ class OnlineFailureClusterer:
                 micro.count += 1
                 micro.weight += 1.0
                 micro.ls += x
-                micro.ss += float(x @ x)
+                micro.ss += float(dot(x, x))
                 self._set_centre(j, micro.centre)
         if micro is None:
-            micro = MicroCluster(self._next_micro, 1, 1.0, x.copy(), float(x @ x), now, episode_id, scenario_id,
+            micro = MicroCluster(self._next_micro, 1, 1.0, x.copy(), float(dot(x, x)), now, episode_id, scenario_id,
                                  facts.scenario)
             self._next_micro += 1
             self.micro[micro.id] = micro
@@ -449,7 +450,7 @@ class OnlineFailureClusterer:
 
     def _nearest(self, members: frozenset[int], centroid: np.ndarray, row: dict[int, int]) -> MicroCluster:
         return min((self.micro[m] for m in members),
-                   key=lambda m: (float(np.linalg.norm(self._c[row[m.id]] - centroid)), -m.count, m.id))
+                   key=lambda m: (float(norm(self._c[row[m.id]] - centroid)), -m.count, m.id))
 
     def _match(self, new, new_centroids, old, old_members, weight_of) -> dict[int, int]:
         """new index -> old index, by overlap then by centroid distance (Hungarian both times)."""
@@ -470,7 +471,7 @@ class OnlineFailureClusterer:
         rest_new = [k for k in range(len(new)) if k not in pairs]
         rest_old = [o for o in range(len(old)) if o not in pairs.values()]
         if rest_new and rest_old:
-            dist = np.array([[float(np.linalg.norm(new_centroids[k] - old[o].centroid)) for o in rest_old]
+            dist = np.array([[float(norm(new_centroids[k] - old[o].centroid)) for o in rest_old]
                              for k in rest_new])
             rows, cols = linear_sum_assignment(dist)
             for r, c in zip(rows, cols, strict=True):
@@ -524,7 +525,7 @@ class OnlineFailureClusterer:
             scenario_id, model_id = self._facts[episode_id]
         return self._event("ClusterAssigned", self.revision, self._latest_time,
                            cluster_id=label, episode_id=episode_id, scenario_id=scenario_id,
-                           distance=float(np.linalg.norm(x - centre)), embedding=x.tolist() if intake else [],
+                           distance=float(norm(x - centre)), embedding=x.tolist() if intake else [],
                            model_id=model_id, intake=intake)
 
     def _updated_event(self, cluster: MacroCluster, summary: str, source: str) -> dict:

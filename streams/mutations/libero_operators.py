@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from producers.fixed_order import norm
 from producers.libero import mutations as lm
 from producers.libero.exceptions import LiberoScenarioError
 from producers.libero.scenario import LiberoScenario
@@ -121,7 +122,7 @@ def _site_xy(seed: FailureSeed | None, prefix: str) -> np.ndarray | None:
 
 
 def _unit(v: np.ndarray | None, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
-    n = 0.0 if v is None else float(np.linalg.norm(v))
+    n = 0.0 if v is None else float(norm(v))
     if n < 1e-3:
         a = float(rng.uniform(0.0, 2 * math.pi))
         return np.array([math.cos(a), math.sin(a)]), False
@@ -195,7 +196,7 @@ def distractor(parent: LiberoScenario, seed: FailureSeed | None, rng: np.random.
     obj = _site_xy(seed, "object")
     if seed is not None and obj is not None:
         hand = _site_xy(seed, "eef")
-        towards = None if hand is None or float(np.linalg.norm(hand - obj)) < MIN_PATH_M else hand - obj
+        towards = None if hand is None or float(norm(hand - obj)) < MIN_PATH_M else hand - obj
         direction, informed = _unit(towards, rng)
         along = _uniform(rng, cfg.guided_distractor_distance_m)
         xy = np.clip(obj + direction * along, -DISTRACTOR_ABS_M, DISTRACTOR_ABS_M)

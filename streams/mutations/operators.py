@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from producers.fixed_order import norm
 from producers.libero.exceptions import LiberoScenarioError
 from producers.libero.scenario import LiberoScenario, is_libero
 from producers.sim.scenario import (
@@ -377,7 +378,7 @@ def _placement_centre(parent: ScenarioSpec) -> np.ndarray:
 
 def _unit(v: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
     """v normalised, or a random unit vector (and False) when v is too short to have a direction."""
-    n = float(np.linalg.norm(v))
+    n = float(norm(v))
     if n < 1e-3:
         a = float(rng.uniform(0.0, 2 * math.pi))
         return np.array([math.cos(a), math.sin(a)]), False
@@ -422,7 +423,7 @@ def pose(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generato
                               placement_x_range=(_r(c[0] - half), _r(c[0] + half)),
                               placement_y_range=(_r(c[1] - half), _r(c[1] + half)))
         delta = rng.uniform(-cfg.blind_pose_offset_abs_m, cfg.blind_pose_offset_abs_m, 2)
-        origin, informed, push = "random", False, float(np.linalg.norm(delta))
+        origin, informed, push = "random", False, float(norm(delta))
     old = parent.pose_offset_xyz
     offset = tuple(_r(v) for v in np.clip(np.array([old[0] + delta[0], old[1] + delta[1]]),
                                           -MAX_POSE_OFFSET_ABS_M, MAX_POSE_OFFSET_ABS_M)) + (old[2],)
@@ -470,7 +471,7 @@ def distractor(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Ge
         obj_from = "site" if obj is not None else "parent"
         obj = _placement_centre(parent) if obj is None else obj
         hand = seed.eef_xy(env)
-        if hand is not None and float(np.linalg.norm(hand - obj)) >= MIN_PATH_M:
+        if hand is not None and float(norm(hand - obj)) >= MIN_PATH_M:
             path_from = "site_eef"
         else:
             hand = np.asarray(GRIPPER_START_XY[env]) - np.asarray(PLACEMENT_REFERENCE_XY[env])

@@ -39,6 +39,23 @@ def malformed(codec: Codec, step: dict) -> dict[str, bytes]:
     }
 
 
+def raw_then_events(broker: str, prefix: str, codec: Codec, key: bytes, values: list[bytes], events: list[dict],
+                    **producer_config) -> list:
+    """The raw values on rollout.steps under ``key``, then the events; returns the raw values'
+    delivery errors."""
+    refused = []
+    producer = Producer({"bootstrap.servers": broker, **producer_config})
+    for value in values:  # before valid steps of the same episode, on one partition
+        producer.produce(f"{prefix}rollout.steps", key=key, value=value,
+                         on_delivery=lambda err, msg: refused.append(err) if err else None)
+    producer.flush(60)
+    publisher = Publisher(make_producer(broker), prefix, codec)
+    for event in events:
+        publisher.publish(event)
+    publisher.flush()
+    return refused
+
+
 def sink_reasons(store, broker, prefix, producer) -> tuple[dict[bytes, str], list[str]]:
     """Run a sink with a fresh group; returns (original bytes -> stored reason, its own verdicts)."""
     consumer = Consumer(consumer_config(broker, f"reasons-{store.database}", SESSION_MS))
@@ -56,14 +73,7 @@ def test_the_same_bytes_get_the_same_reason_in_the_sink_and_in_the_intake(broker
     steps = [e for e in events if e["envelope"]["event_type"] == "Step"]
     payloads = malformed(codec, steps[0])
     topic = f"{prefix}rollout.steps"
-    producer = Producer({"bootstrap.servers": broker})
-    for value in payloads.values():  # between valid steps of one episode, on one partition
-        producer.produce(topic, key=steps[0]["episode_id"].encode(), value=value)
-    producer.flush(30)
-    publisher = Publisher(make_producer(broker), prefix, codec)
-    for event in events:
-        publisher.publish(event)
-    publisher.flush()
+    raw_then_events(broker, prefix, codec, steps[0]["episode_id"].encode(), list(payloads.values()), events)
 
     live, live_verdicts = sink_reasons(store, broker, prefix, make_producer(broker))
     again = store.with_database(store.database + "_again")
@@ -93,3 +103,40 @@ def test_the_same_bytes_get_the_same_reason_in_the_sink_and_in_the_intake(broker
     assert "undecodable body" in live[payloads["truncated body"]]
     assert "trailing bytes" in live[payloads["trailing bytes"]]
     assert len(live) == len(payloads)
+
+
+def test_a_value_of_any_size_is_dead_lettered_and_the_sink_goes_on(broker, prefix, store, request):
+    """A 10 MB value: Apache Kafka refuses it (every topic is created with max.message.bytes at
+    MAX_MESSAGE_BYTES); Tansu takes it, and then the sink dead-letters it by size, keeping an
+    excerpt with the size and hash (a dead letter of the whole value could not be sent, and the sink
+    used to restart on it forever), and stores the events after it. The stream processors' Intake
+    gives the same reason."""
+    import hashlib
+
+    from schemas.catalog import DEAD_LETTER_EXCERPT_BYTES, MAX_MESSAGE_BYTES
+
+    codec = Codec()
+    events = list(episodes(1, 4, seed=22, run_id="r"))
+    steps = [e for e in events if e["envelope"]["event_type"] == "Step"]
+    huge = codec.encode(steps[0])[:5] + bytes(range(256)) * (40 * 1024)  # a framed header, 10 MiB
+    topic = f"{prefix}rollout.steps"
+    refused = raw_then_events(broker, prefix, codec, steps[0]["episode_id"].encode(), [huge], events,
+                              **{"message.max.bytes": 20_000_000, "log_level": 0})
+
+    reasons, _ = sink_reasons(store, broker, prefix, make_producer(broker))
+    stored = store.query("SELECT count() FROM {database}.rollout_steps FINAL")[0][0]
+    assert stored == len(steps), "the events after the huge value were stored"
+    if "kafka" in request.node.callspec.id:
+        assert refused and refused[0].name() in ("MSG_SIZE_TOO_LARGE", "RECORD_TOO_LARGE"), refused
+        assert reasons == {}
+        return
+    assert not refused, "Tansu takes any size: the consumers must cope"
+    [(original, reason)] = reasons.items()
+    assert original == huge[:DEAD_LETTER_EXCERPT_BYTES]
+    said = f"message of {len(huge)} bytes is over the {MAX_MESSAGE_BYTES}-byte limit of every topic"
+    assert reason == f"{said} [value of {len(huge)} bytes, sha256 {hashlib.sha256(huge).hexdigest()}; its first " \
+                     f"{DEAD_LETTER_EXCERPT_BYTES} bytes kept]"
+    expected = {BY_NAME["rollout.steps"].full_name(prefix): BY_NAME["rollout.steps"]}
+    _, dead = Intake(Codec(), "failure-detector", "streams", expected).decode(RawMessage(topic, 0, 1, b"k", huge))
+    assert dead["reason"] == reason and dead["original"] == original
+    assert len(Codec().encode(dead)) < MAX_MESSAGE_BYTES

@@ -118,3 +118,37 @@ def test_a_topic_refuses_an_event_type_it_does_not_carry_before_the_body_is_read
     data = Codec().encode(step())
     with pytest.raises(DecodeError, match="Step .* does not belong on topic benchmark.decisions"):
         Codec().decode(data[:-20], BY_NAME["benchmark.decisions"])
+
+
+# -- values of any size -------------------------------------------------------------------------
+
+def test_a_value_over_the_message_limit_is_refused_by_size_before_anything_else():
+    from schemas.catalog import MAX_MESSAGE_BYTES
+
+    codec = Codec()
+    big = codec.encode(step())[:5] + b"\x00" * (10 * 1024 * 1024)  # a valid header, 10 MB of body
+    for refuse in (codec.frame, codec.decode):
+        with pytest.raises(DecodeError, match=f"message of {len(big)} bytes is over the {MAX_MESSAGE_BYTES}-byte"):
+            refuse(big)
+    event = step()
+    event["action"] = [0.5] * (MAX_MESSAGE_BYTES // 4 + 1)  # Avro floats: 4 bytes each
+    with pytest.raises(InvalidEvent, match="over the 1000000-byte limit"):
+        codec.encode(event)
+
+
+def test_a_dead_letter_of_a_huge_value_keeps_an_excerpt_its_size_and_hash_and_can_be_sent():
+    import hashlib
+
+    from schemas.catalog import DEAD_LETTER_EXCERPT_BYTES, MAX_MESSAGE_BYTES
+    from schemas.events import dead_letter
+
+    value = bytes(range(256)) * (40 * 1024)  # 10 MiB
+    dead = dead_letter("sink", "r", "sepa.rollout.steps", 0, 7, b"k" * 100_000, value, "undecodable " * 300)
+    assert dead["original"] == value[:DEAD_LETTER_EXCERPT_BYTES]
+    assert len(dead["source_key"]) == DEAD_LETTER_EXCERPT_BYTES
+    assert dead["reason"].endswith(f"[value of {len(value)} bytes, sha256 {hashlib.sha256(value).hexdigest()}; "
+                                   f"its first {DEAD_LETTER_EXCERPT_BYTES} bytes kept]")
+    assert dead["reason"].startswith("undecodable") and len(dead["reason"]) <= 2000
+    assert len(Codec().encode(dead)) < MAX_MESSAGE_BYTES  # the dead letter itself is always sendable
+    small = dead_letter("sink", "r", "t", 0, 1, None, b"abc", "bad")
+    assert small["original"] == b"abc" and small["reason"] == "bad"
