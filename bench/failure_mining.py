@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 from sklearn.cluster import DBSCAN  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
+from producers.episode import HARNESS_TERMINATIONS  # noqa: E402
 from producers.sim import failure_set  # noqa: E402
 from schemas.codec import Codec  # noqa: E402
 from streams.deadletter import RawMessage  # noqa: E402
@@ -68,7 +69,7 @@ PREFIX = "bench."
 BATCH = 500  # messages per DetectorStage.process call, like one take_events batch
 BATCH_MIN_SAMPLES = 5  # the batch reference: DBSCAN's usual core size
 NONE = "none"  # the strict class of an episode without an unrecovered moment
-NOT_CLUSTERED = ("env_error", "aborted")  # terminations the clusterer leaves out
+NOT_CLUSTERED = HARNESS_TERMINATIONS  # terminations the clusterer leaves out
 MACRO_F1_TARGET, FLAGGED_TARGET, ARI_TARGET, TIMING_TARGET = 0.90, 0.02, 0.90, 0.90
 
 _ORDER = {t: i for i, t in enumerate(FAILURE_TYPES)}

@@ -5,6 +5,12 @@
   and compare the derived state's digest with the live store's. Replaying must reproduce it exactly.
 - republish: the embedded broker forgets every topic on restart; the evidence log does not. This
   re-encodes each stored event (same ids, same times, same bytes) into the topics.
+- republish_in_flight: what a fresh embedded broker must carry again for the loop to go on, and no
+  more (a whole republish would have every consumer redo its work): the requests whose episodes
+  have not all ended, the candidates no decision answered yet, the events of the episodes that
+  ended without an EpisodeAnalysed, and the clusterer's history (failures.clusters and
+  failures.episodes, which it restores from and skips what it took in). `up` calls it after it
+  started a new embedded broker, before the streams worker.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from consumers.evidence.store import EvidenceStore, migrate
 from consumers.prune import reapply_prunes
 from producers.publisher import Publisher
 from schemas import loader
-from schemas.catalog import TOPICS, Topic
+from schemas.catalog import BY_NAME, TOPICS, Topic
 from schemas.codec import Codec
 
 PAGE_ROWS = 20000
@@ -79,16 +85,19 @@ def compare(live: EvidenceStore, rebuilt: EvidenceStore) -> tuple[str, str, dict
     return state_digest(before), state_digest(after), differences
 
 
-def stored_events(store: EvidenceStore, topic: Topic) -> Iterator[dict]:
-    """Every stored event of the topic, rebuilt into its schema's shape, oldest first."""
+def stored_events(store: EvidenceStore, topic: Topic, where: str = "", parameters: dict | None = None,
+                  order: str = "envelope.event_time, envelope.event_id") -> Iterator[dict]:
+    """Every stored event of the topic (those ``where`` selects), rebuilt into its schema's shape,
+    oldest first (or in ``order``)."""
     columns = list(table_columns(topic))
     byte_columns = {c: "bytes" for c in _bytes_fields(topic)}
     offset = 0
     while True:
         rows = store.query(
             f"SELECT {', '.join(f'`{c}`' for c in columns)} FROM {{database}}.{topic.table} FINAL "
-            f"ORDER BY envelope.event_time, envelope.event_id LIMIT {PAGE_ROWS} OFFSET {offset}",
-            column_formats=byte_columns or None)
+            f"{f'WHERE {where} ' if where else ''}"
+            f"ORDER BY {order} LIMIT {PAGE_ROWS} OFFSET {offset}",
+            parameters, column_formats=byte_columns or None)
         for row in rows:
             record = dict(zip(columns, row, strict=True))
             event_type = record["envelope"]["event_type"]
@@ -116,5 +125,54 @@ def republish(store: EvidenceStore, publisher: Publisher) -> dict[str, int]:
             publisher.publish(event)
             n += 1
         counts[topic.name] = n
+    publisher.flush()
+    return counts
+
+
+# Requests with fewer ended episodes than seeds.
+UNSERVED_REQUESTS = (  # an EpisodeStarted names its request, an EpisodeEnded its episode only
+    "SELECT r.request_id FROM (SELECT DISTINCT request_id, length(seeds) AS seeds FROM {database}.rollout_requests "
+    "FINAL) AS r LEFT JOIN (SELECT request_id, uniqExact(episode_id) AS ended FROM {database}.rollout_episodes FINAL "
+    "WHERE envelope.event_type = 'EpisodeStarted' AND episode_id IN (SELECT episode_id FROM "
+    "{database}.rollout_episodes FINAL WHERE envelope.event_type = 'EpisodeEnded') GROUP BY request_id) AS e "
+    "ON r.request_id = e.request_id WHERE ifNull(e.ended, 0) < r.seeds ORDER BY r.request_id")
+UNANALYSED_EPISODES = (
+    "SELECT DISTINCT episode_id FROM {database}.rollout_episodes FINAL WHERE envelope.event_type = 'EpisodeEnded' "
+    "AND episode_id NOT IN (SELECT episode_id FROM {database}.failure_episodes FINAL)")
+
+
+def republish_in_flight(store: EvidenceStore, publisher: Publisher) -> dict[str, int]:
+    """Re-publish what the loop still waits on (module docstring); per topic, how many events."""
+    from consumers.benchmark_state import candidates, refused_requests
+
+    counts: dict[str, int] = {}
+
+    def publish(topic_name: str, where: str, parameters: dict, **order: str) -> None:
+        for event in stored_events(store, BY_NAME[topic_name], where, parameters, **order):
+            publisher.publish(event)
+            counts[topic_name] = counts.get(topic_name, 0) + 1
+
+    unserved = [r for (r,) in store.query(UNSERVED_REQUESTS)]
+    # a request a worker refused (dead-lettered) would only be refused again
+    refused = refused_requests(store, BY_NAME["rollout.requests"].full_name(publisher.prefix), unserved)
+    requests = [r for r in unserved if r not in refused]
+    if requests:
+        publish("rollout.requests", "has({ids:Array(String)}, request_id)", {"ids": requests})
+    pending = [c.scenario_id for c in candidates(store) if c.status == "pending" and c.generator != "base"]
+    if pending:
+        publish("scenarios.candidates", "has({ids:Array(String)}, scenario_id)", {"ids": pending})
+    episodes = [e for (e,) in store.query(UNANALYSED_EPISODES)]
+    if episodes:
+        # the detector reads an episode's start, steps and end; in that order per episode key
+        publish("rollout.episodes", "has({ids:Array(String)}, episode_id) AND envelope.event_type = 'EpisodeStarted'",
+                {"ids": episodes})
+        publish("rollout.steps", "has({ids:Array(String)}, episode_id)", {"ids": episodes}, order="episode_id, t")
+        publish("rollout.episodes", "has({ids:Array(String)}, episode_id) AND envelope.event_type = 'EpisodeEnded'",
+                {"ids": episodes})
+    # The clusterer restores itself from failures.clusters and the EpisodeAnalysed events that log
+    # took in, then takes in what failures.episodes holds beyond them: its whole history, or a blank
+    # clusterer would number its clusters from 0 again, under ids the log holds with other content.
+    publish("failures.clusters", "", {}, order="position")
+    publish("failures.episodes", "", {})
     publisher.flush()
     return counts

@@ -113,16 +113,19 @@ class ApacheKafkaBroker:
     same bootstrap address.
     """
 
-    def __init__(self, work_dir: Path, jars_dir: Path | None = None, heap_mb: int = 512) -> None:
+    def __init__(self, work_dir: Path, jars_dir: Path | None = None, heap_mb: int = 512, *,
+                 node_id: int = 1, cluster: KafkaCluster | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.jars_dir = jars_dir
         self.heap_mb = heap_mb
         self.log_path = self.work_dir / "broker.log"
         self._process: subprocess.Popen | None = None
         self._log_file: IO[bytes] | None = None
-        self._port: int | None = None
-        self._controller_port: int | None = None
-        self._cluster_id = _new_cluster_id()
+        self.node_id = node_id
+        self.cluster = cluster
+        self._port: int | None = cluster.ports[node_id] if cluster else None
+        self._controller_port: int | None = cluster.controller_ports[node_id] if cluster else None
+        self._cluster_id = cluster.cluster_id if cluster else _new_cluster_id()
 
     def __enter__(self) -> Self:
         self.start()
@@ -147,6 +150,18 @@ class ApacheKafkaBroker:
 
         Fetching the jars (first run only) does not count against timeout.
         """
+        self.launch(timeout)
+        deadline = time.monotonic() + timeout
+        try:
+            self.wait_until_ready(deadline, timeout)
+        except BaseException:
+            self.kill()
+            raise
+        return self.bootstrap_servers
+
+    def launch(self, timeout: float = 60) -> None:
+        """Format the data dir on the first start and start the JVM; do not wait for it (a cluster
+        member is ready only once a majority of the controller quorum runs)."""
         if self._process is not None and self._process.poll() is None:
             raise KafkaLauncherError(f"the broker is already running (pid {self._process.pid})")
         jars_dir = fetch_jars(self.jars_dir)
@@ -167,7 +182,7 @@ class ApacheKafkaBroker:
         # Appending keeps the log of a killed run next to the restarted one; we only look for the
         # ready line after this offset.
         self._log_file = self.log_path.open("ab")
-        log_offset = self._log_file.tell()
+        self._log_offset = self._log_file.tell()
         self._process = subprocess.Popen(
             ["java", f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m",
              f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-cp", classpath,
@@ -177,12 +192,9 @@ class ApacheKafkaBroker:
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl, see there
         )
-        try:
-            self._wait_until_ready(log_offset, deadline, timeout)
-        except BaseException:
-            self.kill()
-            raise
-        return self.bootstrap_servers
+
+    def wait_until_ready(self, deadline: float, timeout: float) -> None:
+        self._wait_until_ready(self._log_offset, deadline, timeout)
 
     def stop(self, timeout: float = 20) -> None:
         """Shut down cleanly (SIGTERM); SIGKILL if that takes longer than timeout."""
@@ -205,11 +217,14 @@ class ApacheKafkaBroker:
     def _write_config(self) -> Path:
         config = self.work_dir / "server.properties"
         port, controller_port = self._port, self._controller_port
+        voters = (",".join(f"{n}@127.0.0.1:{p}" for n, p in sorted(self.cluster.controller_ports.items()))
+                  if self.cluster else f"1@127.0.0.1:{controller_port}")
+        replicas = str(len(self.cluster.ports)) if self.cluster else "1"
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
+            "node.id": str(self.node_id),
             # Static voters: no --standalone at format time, no dynamic quorum to bootstrap.
-            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "controller.quorum.voters": voters,
             # 127.0.0.1, never localhost: localhost may resolve to ::1 first and the clients
             # would then try an address the broker does not listen on.
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
@@ -218,13 +233,15 @@ class ApacheKafkaBroker:
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.work_dir / "data"),
-            # One broker: internal topics cannot have more replicas, and one partition each keeps
-            # startup and the first group join / transaction fast.
-            "offsets.topic.replication.factor": "1",
+            # Internal topics on every broker of the cluster (one alone: one replica); one partition
+            # each keeps startup and the first group join / transaction fast.
+            "offsets.topic.replication.factor": replicas,
             "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": "2" if self.cluster else "1",
             "transaction.state.log.num.partitions": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": "2" if self.cluster else "1",
             # The default 3 s delay would slow every consumer group's first join in tests.
             "group.initial.rebalance.delay.ms": "0",
             # The default 128 MiB cleaner buffer would take a quarter of the small test heap.
@@ -282,6 +299,58 @@ class ApacheKafkaBroker:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+
+
+class KafkaCluster:
+    """``size`` brokers+controllers, one JVM each, one KRaft quorum, on 127.0.0.1: replication
+    factor ``size`` and min.insync.replicas 2 for every topic created without its own, the way
+    Kafka's own system tests bounce brokers (``kill(n)``, ``start(n)`` again on the same data and ports)."""
+
+    def __init__(self, work_dir: Path, size: int = 3, jars_dir: Path | None = None, heap_mb: int = 384) -> None:
+        ports = _free_ports(2 * size)
+        self.ports = {n: ports[n - 1] for n in range(1, size + 1)}
+        self.controller_ports = {n: ports[size + n - 1] for n in range(1, size + 1)}
+        self.cluster_id = _new_cluster_id()
+        self.brokers = {n: ApacheKafkaBroker(Path(work_dir) / f"node-{n}", jars_dir, heap_mb, node_id=n, cluster=self)
+                        for n in self.ports}
+
+    def __enter__(self) -> Self:
+        self.start_all()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for broker in self.brokers.values():
+            broker.stop()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def start_all(self, timeout: float = 120) -> str:
+        for broker in self.brokers.values():  # all at once: none is ready before a quorum majority runs
+            broker.launch(timeout)
+        deadline = time.monotonic() + timeout
+        try:
+            for broker in self.brokers.values():
+                broker.wait_until_ready(deadline, timeout)
+        except BaseException:
+            for broker in self.brokers.values():
+                broker.kill()
+            raise
+        return self.bootstrap_servers
+
+    def start(self, node_id: int, timeout: float = 90) -> None:
+        self.brokers[node_id].start(timeout)
+
+    def kill(self, node_id: int) -> None:
+        self.brokers[node_id].kill()
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """partition -> node id of its leader (-1 while it has none)."""
+        from confluent_kafka.admin import AdminClient
+
+        metadata = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(topic, timeout=10)
+        return {p: m.leader for p, m in metadata.topics[topic].partitions.items()}
 
 
 def _run(command: list[str], timeout: float) -> None:

@@ -48,3 +48,7 @@ class ReviewRefused(InfraError):
 
 class GateBusy(InfraError):
     """A streams worker runs the promotion gate for this memory dir: a second gate must not decide."""
+
+
+class OutOfSpace(InfraError):
+    """The disk under the memory dir is full."""

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.exceptions import BrokerError, BrokerUnreachable
 from infra.settings import Settings
-from schemas.catalog import TOPICS, Topic
+from schemas.catalog import MAX_MESSAGE_BYTES, TOPICS, Topic
 from schemas.codec import Codec
 from schemas.registry import schema_ids_for
 
@@ -34,7 +34,7 @@ def require_broker(bootstrap: str, timeout: float, where: str = "") -> None:
     the broker answers a metadata request within ``timeout`` seconds."""
     try:
         # log_level 0: a refused connection is the answer we are asking for, not stderr noise.
-        AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=timeout)
+        AdminClient({**QUIET, "bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=timeout)
     except KafkaException as exc:
         source = f" ({where})" if where else ""
         raise BrokerUnreachable(f"the Kafka broker at {bootstrap}{source} did not answer within {timeout:g} s: "
@@ -60,6 +60,7 @@ def producer_config(bootstrap: str, **extra) -> dict:
         "batch.num.messages": 10000,
         "queue.buffering.max.messages": 500000,
         "compression.type": "lz4",
+        "message.max.bytes": MAX_MESSAGE_BYTES,  # what every topic takes (schemas/catalog.py)
         **extra,
     }
 
@@ -87,14 +88,16 @@ def make_producer(bootstrap: str, **extra) -> Producer:
 def ensure_topics(bootstrap: str, prefix: str, topics: tuple[Topic, ...] = TOPICS,
                   timeout: float = 15.0) -> list[str]:
     """Create the catalog's topics that do not exist yet; returns the names created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap, "log_level": 0})
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
         raise BrokerUnreachable(f"the Kafka broker at {bootstrap} did not list its topics within {timeout:g} s: "
                                 f"{_reason(exc)}") from exc
-    wanted = [NewTopic(t.full_name(prefix), num_partitions=t.partitions, replication_factor=1,
-                       config={"retention.ms": str(t.retention_ms)})
+    # replication_factor -1: the broker's default.replication.factor (1 on a single broker; a
+    # cluster sets it, with min.insync.replicas, for every topic it holds).
+    wanted = [NewTopic(t.full_name(prefix), num_partitions=t.partitions, replication_factor=-1,
+                       config={"retention.ms": str(t.retention_ms), "max.message.bytes": str(MAX_MESSAGE_BYTES)})
               for t in topics if t.full_name(prefix) not in existing]
     if not wanted:
         return []
@@ -111,7 +114,7 @@ def ensure_topics(bootstrap: str, prefix: str, topics: tuple[Topic, ...] = TOPIC
 
 def group_members(bootstrap: str, group_id: str, timeout: float) -> list[str]:
     """Member ids of a consumer group; empty when the broker does not say (or the group has none)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap, "log_level": 0})
     try:
         description = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id].result()
     except KafkaException:
@@ -126,7 +129,7 @@ def topic_message_counts(bootstrap: str, names: list[str], timeout: float = 10.0
     high watermark carried in a Fetch reply is right, so we fetch once per partition and read
     the cached watermarks.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap, "log_level": 0})
     try:
         metadata = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:
@@ -137,7 +140,7 @@ def topic_message_counts(bootstrap: str, names: list[str], timeout: float = 10.0
     counts = {name: 0 for name in names if name in metadata}
     if not partitions:
         return counts
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sepa-eval-counts",
+    consumer = Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": "sepa-eval-counts",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 50})
     try:
         consumer.assign(partitions)

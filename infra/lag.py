@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient
 
 from infra.exceptions import BrokerError
+from infra.kafka_clients import QUIET
 
 # Groups this module (and topic_message_counts) use for their own reads: never reported.
 OWN_GROUPS = ("sepa-eval-counts", "sepa-eval-lag")
@@ -55,7 +56,7 @@ class GroupLag:
 def partition_watermarks(bootstrap: str, topics: list[str],
                          timeout: float = 10.0) -> dict[tuple[str, int], tuple[int, int]]:
     """(low, high) watermark per partition of the given topics that exist, high from a Fetch reply."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap})
     try:
         metadata = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:
@@ -63,8 +64,8 @@ def partition_watermarks(bootstrap: str, topics: list[str],
     partitions = [TopicPartition(t, p, -2) for t in topics if t in metadata for p in metadata[t].partitions]
     if not partitions:
         return {}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sepa-eval-lag", "enable.auto.commit": False,
-                         "fetch.wait.max.ms": 50, "fetch.max.bytes": 1024 * 1024})
+    consumer = Consumer({**QUIET, "bootstrap.servers": bootstrap, "group.id": "sepa-eval-lag",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.max.bytes": 1024 * 1024})
     out: dict[tuple[str, int], tuple[int, int]] = {}
     try:
         consumer.assign(partitions)
@@ -92,7 +93,7 @@ def partition_watermarks(bootstrap: str, topics: list[str],
 
 
 def consumer_groups(bootstrap: str, timeout: float = 10.0) -> list[str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap})
     try:
         listed = admin.list_consumer_groups(request_timeout=timeout).result()
     except KafkaException as exc:
@@ -102,7 +103,7 @@ def consumer_groups(bootstrap: str, timeout: float = 10.0) -> list[str]:
 
 def committed_offsets(bootstrap: str, group: str, timeout: float = 10.0) -> dict[tuple[str, int], int]:
     """The group's committed offset on every partition it committed on."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**QUIET, "bootstrap.servers": bootstrap})
     try:
         futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout)
         result = futures[group].result()

@@ -17,13 +17,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from consumers.evidence.endpoint import RemoteStore
@@ -32,6 +33,7 @@ from infra.embedded_broker import TansuBroker, pid_alive, stop_pid
 from infra.exceptions import BrokerError, BrokerUnreachable, LockBusy, PipelineError
 from infra.kafka_clients import ensure_topics, group_members, require_broker
 from infra.settings import Settings, settings_environ
+from schemas.codec import Codec
 
 ROOT = Path(__file__).resolve().parents[1]
 # A second `up` waits this much longer than a first one may take, then gives up naming the holder.
@@ -48,15 +50,50 @@ class Child:
     name: str  # ready/<name>-<pid>.json, <name>.log
     label: str
     marker: str
+    # Reaches the embedded store through the pipeline's endpoint, whose port it read once at start.
+    reads_store: bool = False
 
     def log(self, settings: Settings) -> Path:
         return settings.run_dir / f"{self.name}.log"
 
 
+# What a process's log says when it stopped because the disk filled (OSError ENOSPC in Python,
+# ClickHouse's NOT_ENOUGH_SPACE).
+OUT_OF_SPACE_MARKS = ("No space left on device", "NOT_ENOUGH_SPACE", "Errno 28")
+LOG_TAIL_BYTES = 64 * 1024
+LOW_SPACE_BYTES = 16 * 1024 * 1024  # less free under the memory dir than this: out of space
+
+
+def why_stopped(child: Child, settings: Settings) -> str:
+    """A stopped process's cause when one a person can act on shows: out of disk space (its log's
+    tail says so, or the disk under the memory dir has under 16 MiB free: a full disk may keep the
+    process from writing its last words to the log). "" otherwise."""
+    try:
+        with open(child.log(settings), "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        tail = ""
+    return out_of_space(settings, said_so=any(mark in tail for mark in OUT_OF_SPACE_MARKS))
+
+
+def out_of_space(settings: Settings, said_so: bool = False) -> str:
+    """"out of disk space (...)" when the disk under the memory dir is all but full (or a log
+    ``said_so``), else ""."""
+    try:
+        free = shutil.disk_usage(settings.memory_dir).free
+    except OSError:
+        free = 0
+    if said_so or (settings.memory_dir.exists() and free < LOW_SPACE_BYTES):
+        return f"out of disk space ({free} bytes free under {settings.memory_dir})"
+    return ""
+
+
 PIPELINE = Child("pipeline", "pipeline", "infra.pipeline")
-STREAMS = Child("streams", "streams worker", "infra.streams_worker")
+STREAMS = Child("streams", "streams worker", "infra.streams_worker", reads_store=True)
 ROLLOUT = Child("rollout", "rollout worker", "rollout-worker")
-CRITICS = Child("critics", "critics", "critics")
+CRITICS = Child("critics", "critics", "critics", reads_store=True)
 CHILDREN = (PIPELINE, STREAMS, ROLLOUT, CRITICS)
 BROKER_MARKER = "tansu"
 LIBERO_MARKER = "infra.libero_worker"
@@ -208,22 +245,29 @@ def run_lock(settings: Settings, timeout: float) -> Iterator[None]:
 class UpResult:
     state: RunState
     started: list[str]  # what this call started; empty = everything was already running
+    # Events re-published from the evidence log into a new embedded broker (its topics start empty),
+    # per topic: what the loop still waited on (consumers/replay.py, republish_in_flight).
+    republished: dict[str, int] = field(default_factory=dict)
 
 
-def up(settings: Settings) -> UpResult:
+def up(settings: Settings, codec: Codec | None = None) -> UpResult:
     """Start what is not running (embedded broker, pipeline, then streams worker, rollout worker and
-    critics) and wait until every child is ready. A second `up` waits for the first and then starts nothing."""
+    critics) and wait until every child is ready. A second `up` waits for the first and then starts nothing.
+    A new embedded broker gets what the evidence log says is still in flight (``codec`` encodes it)."""
     _check_streams_settings(settings)
     with run_lock(settings, settings.ready_timeout_s + LOCK_MARGIN_S):
         state = RunState.read(settings)
         _drop_stale_ready_files(settings, state)
         started: list[tuple[str, int]] = []  # (label, pid), in start order
+        republished: dict[str, int] = {}
         try:
+            fresh_broker = False
             if settings.embedded_broker and not state.broker_alive:
                 for child in CHILDREN:  # still talking to the broker that is gone: start them afresh
                     if state.alive(child):
                         stop_child(state.pid_of(child))
                     state.set_pid(child, None)
+                fresh_broker = True
                 broker = TansuBroker(settings.run_dir / "broker.log").start(detach=True)
                 state.broker_pid, state.bootstrap = broker.process.pid, broker.bootstrap_servers
                 started.append(("embedded broker", broker.process.pid))
@@ -231,6 +275,13 @@ def up(settings: Settings) -> UpResult:
             bootstrap = settings.bootstrap_servers or state.bootstrap
             require_broker(bootstrap, settings.broker_timeout_s, broker_source(settings))
             ensure_topics(bootstrap, settings.topic_prefix, timeout=settings.broker_timeout_s)
+            if settings.embedded_store and not state.pipeline_alive:
+                # A new pipeline listens on a new port: whoever still asks the dead one's would
+                # retry it forever, so they start afresh with the new one.
+                for child in CHILDREN:
+                    if child.reads_store and state.alive(child):
+                        stop_child(state.pid_of(child))
+                        state.set_pid(child, None)
             # The pipeline first: the others reach the store through its endpoint (state.json names it).
             for phase in ((PIPELINE,), tuple(c for c in CHILDREN if c is not PIPELINE)):
                 spawned: dict[str, tuple[subprocess.Popen, int]] = {}  # name -> (process, where its log began)
@@ -245,6 +296,9 @@ def up(settings: Settings) -> UpResult:
                 ready = _wait_ready(settings, state, spawned, phase)
                 if PIPELINE in phase:
                     state.store_url = ready[PIPELINE.name].get("store_url")
+                    state.write(settings)
+                    if fresh_broker:  # before the streams worker starts: its clusterer restores from the topics
+                        republished = _republish_in_flight(settings, bootstrap, codec or Codec())
                 if STREAMS in phase:
                     state.streams_web = ready[STREAMS.name].get("web")
                 state.write(settings)
@@ -258,7 +312,17 @@ def up(settings: Settings) -> UpResult:
         except BaseException:
             _stop_started(settings, state, started)
             raise
-    return UpResult(state, [f"{label} (pid {pid})" for label, pid in started])
+    return UpResult(state, [f"{label} (pid {pid})" for label, pid in started], republished)
+
+
+def _republish_in_flight(settings: Settings, bootstrap: str, codec: Codec) -> dict[str, int]:
+    """The embedded broker keeps its topics in memory: a new one has forgotten the requests,
+    candidates and episodes the loop still waits on, and the evidence log has them."""
+    from consumers.replay import republish_in_flight
+    from infra.kafka_clients import make_producer
+    from producers.publisher import Publisher
+
+    return republish_in_flight(open_store(settings), Publisher(make_producer(bootstrap), settings.topic_prefix, codec))
 
 
 def _check_streams_settings(settings: Settings) -> None:

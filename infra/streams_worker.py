@@ -95,11 +95,19 @@ def gate_config(settings: Settings) -> GateConfig:
     return GateConfig(semantic_required=settings.judge_configured, verdict_timeout_s=settings.gate_verdict_timeout_s)
 
 
+def served_models(settings: Settings) -> frozenset[str]:
+    """The models the rollout workers serve: their registry file's."""
+    from producers.sim.models import load_models
+
+    return frozenset(m.model_id for m in load_models(settings.models_file))
+
+
 def streams_config(settings: Settings, bootstrap_servers: str, **overrides) -> StreamsConfig:
     """The StreamsConfig the settings give, for the broker the edge resolved."""
     values = {"mutator": mutator_config(settings), "run_mutator": True, "run_gate": True, "run_sweeper": True,
               "collector": CollectorConfig(fragile_successes=settings.cluster_fragile_successes),
-              "gate": gate_config(settings), "sweeper": SweeperConfig(sweep_seeds=settings.sweep_seeds),
+              "gate": gate_config(settings),
+              "sweeper": SweeperConfig(sweep_seeds=settings.sweep_seeds, served_models=served_models(settings)),
               **overrides}
     return StreamsConfig(bootstrap_servers=bootstrap_servers, topic_prefix=settings.topic_prefix,
                          processing_guarantee=processing_guarantee(settings),

@@ -34,7 +34,11 @@ import numpy as np
 if TYPE_CHECKING:  # numpy is this module's only import at run time
     from producers.adapters import BenchmarkEnv
 
+# EpisodeEnded.termination's symbols (schemas/avro/EpisodeEnded.avsc; a unit test holds them equal).
 TERMINATIONS = ("success", "timeout", "policy_error", "env_error", "aborted")
+# The harness's doing, not the policy's: their trials are invalid (left out of success rates) and
+# their episodes are never failures to cluster.
+HARNESS_TERMINATIONS = ("env_error", "aborted")
 
 
 @dataclass(frozen=True)

@@ -89,14 +89,13 @@ from typing import Any
 
 import numpy as np
 
-from producers.episode import Episode
+from producers.episode import TERMINATIONS, Episode
 from producers.exceptions import EpisodeConflict, SignalError
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
 from producers.quality import execution_quality
 from schemas.events import make_event, stable_id
 
-TERMINATIONS = ("success", "timeout", "policy_error", "env_error", "aborted")
 SIGNAL_FIELDS = ("eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
                  "joint_torques", "joint_pos", "goal_distance", "object_lift")
 FIXED_GROUPS = ("gripper", "robot", "table")  # contact groups besides the objects' names

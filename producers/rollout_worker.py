@@ -43,14 +43,16 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from producers.adapters import adapter_for
+from producers.commits import commit
 from producers.env_cache import EnvCache
 from producers.keyframes import KeyframeStore
+from producers.parent_death import die_with_parent
 from producers.publisher import Publisher
 from producers.recorder import EpisodeIdentity, EpisodeSummary, record_episode, simulator_versions
 from producers.sim.models import ModelConfig, load_models
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
-from schemas.events import dead_letter, make_event, stable_id
+from schemas.events import dead_letter, make_event, refusal_reason, stable_id
 from schemas.exceptions import SchemaError
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ SWEEPS = "sweeps"
 # Request ids a worker remembers having served, newest kept: a request published twice (the
 # orchestrator's sweep and the sweeper's, the same id) is run once per worker process.
 SERVED_MEMORY = 10_000
+REQUESTS = BY_NAME["rollout.requests"]  # decoded against it: the same reasons as the sink's
 
 
 
@@ -99,9 +102,11 @@ _producers: dict[str, Producer] = {}
 _warm_barrier: Any = None
 
 
-def _init_process(barrier: Any) -> None:
-    """Pool process initializer: keeps the warm-up barrier and pays the imports up front."""
+def _init_process(parent_pid: int, barrier: Any) -> None:
+    """Pool process initializer: dies with the worker, keeps the warm-up barrier and pays the
+    imports up front."""
     global _warm_barrier
+    die_with_parent(parent_pid)
     _warm_barrier = barrier
     import producers.sim.envs  # noqa: F401  (robosuite, MuJoCo, numba: ~3 s)
 
@@ -149,7 +154,7 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
     returns. Runs in a pool process, with that process's cached env and producer."""
     from producers.sim.rollout import Episode  # robosuite: imported by the pool's processes only
 
-    models = {m.model_id: m for m in (load_models(Path(models_path)) if models_path else load_models())}
+    models = {m.model_id: m for m in load_models(models_path or None)}
     if request["model_id"] not in models:
         raise KeyError(f"model {request['model_id']!r} is not registered; known: {sorted(models)}")
     model: ModelConfig = models[request["model_id"]]
@@ -193,7 +198,7 @@ class RolloutPool:
         self.processes = processes
         ctx = multiprocessing.get_context("spawn")
         self.executor = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init_process,
-                                            initargs=(ctx.Barrier(processes),))
+                                            initargs=(os.getpid(), ctx.Barrier(processes)))
         for _ in range(processes):  # the executor starts a process per task while none is idle
             self.executor.submit(os.getpid)
 
@@ -262,7 +267,7 @@ class RolloutWorker:
                 if msg is None or msg.error():
                     continue
                 try:
-                    request = self.codec.decode(msg.value())
+                    request = self.codec.decode(msg.value(), REQUESTS)
                     if not serves(request, self.benchmarks):
                         self.skipped += 1  # another benchmark's worker serves it
                     elif request["request_id"] in self._served_ids:
@@ -276,9 +281,8 @@ class RolloutWorker:
                         log.info("request %s: %d episodes, %d successes", request["request_id"], len(summaries),
                                  sum(s.success for s in summaries))
                 except (SchemaError, KeyError, ValueError) as exc:
-                    self._dead_letter(msg, f"{type(exc).__name__}: {exc}")
-                self.consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
-                                     asynchronous=False)
+                    self._dead_letter(msg, refusal_reason(exc))
+                commit(self.consumer, [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)])
                 self.served += 1
         finally:
             self.consumer.close()

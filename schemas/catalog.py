@@ -6,6 +6,14 @@ from dataclasses import dataclass
 
 DAY_MS = 24 * 3600 * 1000
 FOREVER = -1
+# The largest message value any topic takes: every topic is created with max.message.bytes at it,
+# every producer of ours is configured to it (librdkafka's message.max.bytes, aiokafka's
+# max_request_size) and every consumer refuses a larger value by dead-lettering it (the codec's
+# first check). librdkafka's own default; a Step is ~2 kB.
+MAX_MESSAGE_BYTES = 1_000_000
+# How much of a refused value its DeadLetter keeps (with the whole value's size and sha256): enough
+# to see what it was, and far below MAX_MESSAGE_BYTES so the dead letter itself can always be sent.
+DEAD_LETTER_EXCERPT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Protocol
 import fastavro
 
 from schemas import loader
-from schemas.catalog import Topic
+from schemas.catalog import MAX_MESSAGE_BYTES, Topic
 from schemas.exceptions import DecodeError, InvalidEvent, SchemaError, UnknownEventType
 from schemas.manifest import SchemaVersion, current_manifest
 
@@ -65,18 +65,24 @@ class Codec:
             fastavro.schemaless_writer(buf, schema, event)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise InvalidEvent(f"{event_type}: does not match its schema: {exc}") from exc
+        if buf.tell() > MAX_MESSAGE_BYTES:  # no topic would take it, and no consumer would read it
+            raise InvalidEvent(f"{event_type} {event['envelope'].get('event_id', '')}: {buf.tell()} bytes encoded, "
+                               f"over the {MAX_MESSAGE_BYTES}-byte limit of every topic")
         return buf.getvalue()
 
     def frame(self, data: bytes | None, topic: Topic | None = None) -> Frame:
         """The cheap checks, without decoding the body; raises DecodeError with the reason.
 
         In this order, for every consumer (the evidence sink's fast path, Codec.decode, the stream
-        processors' Intake), so the same bytes always get the same reason: length, magic byte,
+        processors' Intake), so the same bytes always get the same reason: length (at most
+        MAX_MESSAGE_BYTES, whatever a broker accepted), magic byte,
         known schema id, an event type the topic carries (when the topic is given), a readable and
         non-empty envelope.event_id, an envelope.event_type that is the schema id's event type.
         """
         if data is None or len(data) < MIN_FRAMED_BYTES:
             raise DecodeError(f"message of {len(data or b'')} bytes is too short for a framed event")
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise DecodeError(f"message of {len(data)} bytes is over the {MAX_MESSAGE_BYTES}-byte limit of every topic")
         magic, schema_id = _HEADER.unpack_from(data)
         if magic != MAGIC:
             raise DecodeError(f"magic byte {magic} is not the Confluent framing byte {MAGIC}")

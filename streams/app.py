@@ -43,7 +43,7 @@ from pathlib import Path
 
 import faust
 
-from schemas.catalog import BY_NAME
+from schemas.catalog import BY_NAME, MAX_MESSAGE_BYTES
 from schemas.codec import Codec
 from streams.exceptions import ConfigError
 from streams.failures.agents import Batching, register_clusterer, register_detector
@@ -150,6 +150,7 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
         topic_allow_declare=False,
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
+        producer_max_request_size=MAX_MESSAGE_BYTES,  # what every topic takes (schemas/catalog.py)
         store="memory://",
         autodiscover=False,
     )
@@ -180,9 +181,9 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
         register_mutator(app, _raw_topic(app, full("benchmark.cycles")), outputs, runner)
         app.mutator = runner
     if config.run_gate:
-        gate = GateRunner(store_factory, codec, PromotionGate(config.gate))
-        register_gate(app, _raw_topic(app, full("benchmark.decisions")), outputs, gate, config.tick_interval_s,
-                      prefix)
+        gate = GateRunner(store_factory, codec, PromotionGate(config.gate), topic_prefix=prefix, run_id=config.run_id)
+        register_gate(app, _raw_topic(app, full("benchmark.decisions")), _raw_topic(app, full("critics.verdicts")),
+                      outputs, gate, config.tick_interval_s, prefix)
         app.gate = gate
     if config.run_sweeper:
         sweeper = SweepRunner(store_factory, codec, config.sweeper, topic_prefix=prefix)

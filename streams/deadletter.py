@@ -7,9 +7,10 @@
 A message is refused when it is not a framed Avro event of its topic's event types (the reason
 is ``schemas.codec``'s, the same text the evidence sink gives the same bytes), or when a
 physical signal is not finite (``schemas.codec.require_finite`` on the top-level fields, and here
-also inside nested records: object poses, contacts, quality). The refused message is kept whole in
-a DeadLetter event (schemas/avro/DeadLetter.avsc) with its topic, partition, offset, key and the
-reason; its event id derives from (topic, partition, offset, consumer), so a re-processed
+also inside nested records: object poses, contacts, quality). The refused message is kept
+(whole up to schemas.catalog.DEAD_LETTER_EXCERPT_BYTES, else an excerpt with its size and sha256)
+in a DeadLetter event (schemas/avro/DeadLetter.avsc) with its topic, partition, offset, key and
+the reason; its event id derives from (topic, partition, offset, consumer), so a re-processed
 message dead-letters once.
 """
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from producers.episode import HARNESS_TERMINATIONS
 from producers.synthetic import scenario as synthetic_scenario
 from schemas.events import make_event, stable_id
 
@@ -107,4 +108,4 @@ def kind_of(event: dict) -> str:
 
 
 def is_failure(event: dict) -> bool:
-    return not event["success"] and event["analysed"] and event["termination"] not in ("env_error", "aborted")
+    return not event["success"] and event["analysed"] and event["termination"] not in HARNESS_TERMINATIONS

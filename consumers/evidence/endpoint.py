@@ -118,7 +118,15 @@ class RemoteStore:
             detail = json.loads(exc.read() or b"{}").get("error", str(exc))
             raise StoreQueryError(detail) from exc
         except OSError as exc:
-            raise StoreUnavailable(f"the store owner at {self.url} did not answer: {exc}") from exc
+            cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(cause, ConnectionRefusedError):
+                said = "is not running (nothing listens there)"
+            elif isinstance(cause, TimeoutError) or "timed out" in str(cause):
+                said = f"did not answer within {self.timeout:g} s"
+            else:
+                said = f"did not answer ({getattr(cause, 'strerror', None) or cause})"
+            raise StoreUnavailable(f"the pipeline process that owns the evidence store ({self.url}) {said}; "
+                                   "`sepa-eval up` restarts it") from exc
 
     def query(self, sql: str, parameters: dict | None = None, column_formats: dict | None = None) -> list[tuple]:
         body = json.dumps({"sql": sql, "parameters": _tag(parameters), "column_formats": column_formats})

@@ -55,6 +55,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from consumers.evidence.exceptions import ConsumerFailed
 from consumers.evidence.staging import Accepted, Pending, StagedTable, TableOutcome
 from consumers.evidence.store import EvidenceStore
+from producers.commits import commit
 from schemas.catalog import BY_NAME, TOPICS, Topic
 from schemas.codec import Codec, SchemaIds
 from schemas.events import dead_letter as dead_letter_event
@@ -315,7 +316,7 @@ class EvidenceSink:
             last[key] = max(last.get(key, -1), msg.offset())
         offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
         if offsets:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
+            commit(self.consumer, offsets)
 
     def _add_to_totals(self, stats: BatchStats) -> None:
         for name in ("consumed", "stored", "duplicates", "conflicts", "dead_lettered"):

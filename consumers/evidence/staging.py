@@ -34,6 +34,7 @@ from itertools import chain
 from typing import NamedTuple
 
 from consumers.evidence.avro_container import object_container
+from consumers.evidence.chdb_dir import STAGING_SUFFIX
 from consumers.evidence.exceptions import StoreQueryError
 from consumers.evidence.store import EvidenceStore
 from schemas import loader
@@ -42,7 +43,6 @@ from schemas.codec import Codec, encode_long
 from schemas.exceptions import DecodeError
 
 SEQ = "_seq"  # staging-only column: the message's position in the batch
-STAGING_SUFFIX = "_sink_staging"  # the staging tables' database: <evidence database>_sink_staging
 INGESTED_AT = "_ingested_at"
 # ClickHouse error codes that are the store's fault, never the record's: retried, not dead-lettered.
 STORE_SIDE_ERRORS = frozenset({

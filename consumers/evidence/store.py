@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import clickhouse_connect
 
+from consumers.evidence import chdb_dir
 from consumers.evidence.avro_container import object_container
 from consumers.evidence.exceptions import MigrationError, StoreQueryError, StoreUnavailable
 
@@ -43,18 +44,20 @@ class ClickHouseStore:
 
     @classmethod
     def connect(cls, url: str | None, chdb_path: Path, database: str) -> ClickHouseStore:
+        embedded = url is None or url.startswith("chdb://")
+        path = (Path(url[len("chdb://"):]) if url else chdb_path) if embedded else None
         try:
-            if url is None or url.startswith("chdb://"):
-                path = Path(url[len("chdb://"):]) if url else chdb_path
+            if path is not None:
                 path.mkdir(parents=True, exist_ok=True)
+                chdb_dir.clear_empty_staging_definitions(path)
                 client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}")
             else:
                 client = clickhouse_connect.get_client(dsn=url)
         except Exception as exc:
             where = url or f"chdb://{chdb_path}"
-            hint = (" (another process owns this chDB directory: is `sepa-eval up` running? "
-                    "Commands reach the store through it when it is.)") if "BAD_ARGUMENTS" in str(exc) else ""
-            raise StoreUnavailable(f"cannot open evidence store {where}: {exc}{hint}") from exc
+            said = chdb_dir.open_failure(path, exc) if path is not None and path.is_dir() else " ".join(
+                str(exc).split())
+            raise StoreUnavailable(f"cannot open evidence store {where}: {said}") from exc
         return cls(client, database)
 
     def with_database(self, database: str) -> ClickHouseStore:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from consumers.evidence.store import EvidenceStore
+from producers.episode import HARNESS_TERMINATIONS
 
-HARNESS_TERMINATIONS = ("env_error", "aborted")
 STEP_PAGE_EPISODES = 100  # episodes whose steps one query fetches
 
 

@@ -7,7 +7,7 @@ Usage:
     sepa-eval rollout --model oracle --episodes 5   # served by the rollout worker `up` started
     sepa-eval synth --episodes 100 --steps 200 --seed 7
     sepa-eval replay --verify    # rebuild the store from the topics; exit 1 if the state differs
-    sepa-eval replay --republish # store -> topics (the embedded broker forgets on restart)
+    sepa-eval replay --republish # store -> a private broker's topics -> a rebuilt store
     sepa-eval report --output eval_memory/report.md
     sepa-eval eval --model scripted-expert --ci   # exit 1 on a significant regression
     sepa-eval review list        # candidates awaiting review; `review approve|reject ID`
@@ -29,6 +29,7 @@ terminal's width, never styled when stderr is not a terminal, and never read as 
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from infra.exceptions import OutOfSpace
 from infra.kafka_clients import make_codec, make_producer
 from infra.settings import Settings, load_settings
 from producers.publisher import Publisher
@@ -85,13 +87,27 @@ def codec_of(ctx: typer.Context) -> Codec:
     return ctx.obj.codec
 
 
+def republished_line(counts: dict[str, int]) -> str:
+    return ("the new embedded broker got what the evidence log holds in flight: "
+            + ", ".join(f"{n} on {topic}" for topic, n in counts.items()))
+
+
 def make_publisher(settings: Settings, bootstrap: str, codec: Codec) -> Publisher:
     return Publisher(make_producer(bootstrap), settings.topic_prefix, codec)
 
 
 def fail(exc: Exception, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {escape(str(exc))}")
+    err.print(f"[red]error:[/red] {escape(str(named(exc)))}")
     raise typer.Exit(code)
+
+
+def named(exc: Exception) -> Exception:
+    """An OSError ENOSPC met anywhere (a log, the report, a staging file) reads as what it is, "out of
+    disk space", the words `run`'s waits and `why_stopped` use, so one phrase names the cause."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return OutOfSpace(f"out of disk space{where} ({exc.strerror})")
+    return exc
 
 
 def _one_line(exc: Exception) -> str:

@@ -19,11 +19,13 @@ from consumers.evidence.exceptions import EvidenceError
 from consumers.evidence.sink import GROUP_ID, EvidenceSink
 from infra import orchestrator, processes
 from infra.cli import app, codec_of, console, err, fail, make_publisher, settings_of
+from infra.embedded_broker import TansuBroker
 from infra.exceptions import InfraError, NotRunning
-from infra.kafka_clients import consumer_config, ensure_topics, make_producer, producer_config
+from infra.kafka_clients import consumer_config, ensure_topics, make_producer, producer_config, topic_message_counts
 from infra.settings import Settings
 from producers.exceptions import ProducerError
 from producers.synthetic import episodes as synthetic_episodes
+from schemas.catalog import TOPICS
 
 
 @app.command()
@@ -67,24 +69,23 @@ def sink(ctx: typer.Context, until_idle: float | None = typer.Option(
 @app.command()
 def replay(ctx: typer.Context,
            verify: bool = typer.Option(False, "--verify", help="exit 1 when the rebuilt state differs"),
-           republish: bool = typer.Option(False, "--republish", help="first publish the store's log into the topics"),
+           republish: bool = typer.Option(False, "--republish", help=(
+               "first publish the store's log into topics: a private embedded broker's, which nothing else "
+               "reads (with SEPA_BOOTSTRAP_SERVERS, that broker's, only when its topics are empty)")),
            into: str | None = typer.Option(None, help="database to rebuild into (default <db>_rebuild)")):
     """Rebuild the evidence store from the topics into an empty database and compare digests."""
     settings = settings_of(ctx)
     try:
-        # The broker first: a rebuild drops its target database, which must not happen for nothing.
-        bootstrap = processes.require_bootstrap(settings)
-        store = processes.open_store(settings)
-        if republish:
-            ensure_topics(bootstrap, settings.topic_prefix, timeout=settings.broker_timeout_s)
-            counts = replay_mod.republish(store, make_publisher(settings, bootstrap, codec_of(ctx)))
-            console.print(f"republished {sum(counts.values())} events: {counts}")
-        target = into or f"{settings.clickhouse_database}_rebuild"
-        with console.status(f"rebuilding {target} from the topics"):
-            rebuilt = replay_mod.rebuild(
-                store, lambda group: Consumer(consumer_config(bootstrap, group, settings.session_timeout_ms)),
-                codec_of(ctx), settings.topic_prefix, target, broker=bootstrap)
-        before, after, differences = replay_mod.compare(store, rebuilt)
+        if republish and settings.embedded_broker:
+            # Republished into the stack's own topics, every event would reach its consumers a second
+            # time and they would act on it again (run requests, re-detect, re-decide).
+            with TansuBroker(settings.run_dir / "replay-broker.log") as private:
+                console.print(f"republishing into a private embedded broker at {private.bootstrap_servers}")
+                before, after, differences, target = _replay(ctx, settings, private.bootstrap_servers, True, into)
+        else:
+            # The broker first: a rebuild drops its target database, which must not happen for nothing.
+            bootstrap = processes.require_bootstrap(settings)
+            before, after, differences, target = _replay(ctx, settings, bootstrap, republish, into)
     except (InfraError, EvidenceError, ProducerError, ValueError) as exc:
         fail(exc)
     console.print(f"digest before (live {settings.clickhouse_database}): {before}")
@@ -97,13 +98,48 @@ def replay(ctx: typer.Context,
         console.print("[green]identical[/green]")
 
 
+def _replay(ctx: typer.Context, settings: Settings, bootstrap: str, republish: bool, into: str | None):
+    store = processes.open_store(settings)
+    if republish:
+        ensure_topics(bootstrap, settings.topic_prefix, timeout=settings.broker_timeout_s)
+        held = {t: n for t, n in topic_message_counts(bootstrap, [t.full_name(settings.topic_prefix) for t in TOPICS],
+                                                      timeout=settings.broker_timeout_s).items() if n}
+        if held:
+            raise ValueError(f"--republish: the topics at {bootstrap} hold events already ({sum(held.values())}: "
+                             f"{', '.join(f'{t} {n}' for t, n in held.items())}); republished, each would be there "
+                             "twice and its consumers would act on it again. Replay without --republish")
+        counts = replay_mod.republish(store, make_publisher(settings, bootstrap, codec_of(ctx)))
+        console.print(f"republished {sum(counts.values())} events: {counts}")
+    target = into or f"{settings.clickhouse_database}_rebuild"
+    with console.status(f"rebuilding {target} from the topics"):
+        rebuilt = replay_mod.rebuild(
+            store, lambda group: Consumer(consumer_config(bootstrap, group, settings.session_timeout_ms)),
+            codec_of(ctx), settings.topic_prefix, target, broker=bootstrap)
+    before, after, differences = replay_mod.compare(store, rebuilt)
+    return before, after, differences, target
+
+
 def _scenario(env: str, scenario_file: Path | None, horizon: int) -> dict:
+    """The request's scenario: the --scenario file's, or env's base one. Bad input (an unreadable
+    file, not JSON, not a scenario) exits 2 with one line naming the file and what is wrong."""
     from producers.adapters import RobosuiteAdapter
     from producers.sim.scenario import ScenarioSpec
 
-    if scenario_file is not None:
-        return ScenarioSpec.from_dict(json.loads(scenario_file.read_text())).to_dict()
-    return RobosuiteAdapter().base_scenario(env, horizon)
+    if scenario_file is None:
+        try:
+            return RobosuiteAdapter().base_scenario(env, horizon)
+        except ValueError as exc:
+            fail(ValueError(f"--env: {exc}"), 2)
+    try:
+        raw = json.loads(scenario_file.read_text())
+    except OSError as exc:
+        fail(OSError(f"--scenario {scenario_file}: cannot read it ({exc.strerror or exc})"), 2)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        fail(ValueError(f"--scenario {scenario_file}: not a JSON document ({exc})"), 2)
+    try:
+        return ScenarioSpec.from_dict(raw).to_dict()
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        fail(ValueError(f"--scenario {scenario_file}: not a scenario: {exc}"), 2)
 
 
 @app.command("sync-models")
@@ -116,7 +152,7 @@ def sync_models(ctx: typer.Context,
     settings = settings_of(ctx)
     try:
         models_file = models_file or settings.models_file
-        models = load_models(models_file) if models_file else load_models()
+        models = load_models(models_file)
         publisher = make_publisher(settings, processes.require_bootstrap(settings), codec_of(ctx))
         orchestrator.register_models(publisher, models)
     except (InfraError, ProducerError, ValueError, OSError) as exc:
@@ -152,8 +188,7 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
 
     settings = settings_of(ctx)
     try:
-        orchestrator.check_models([model], load_models(settings.models_file) if settings.models_file
-                                  else load_models())
+        orchestrator.check_models([model], load_models(settings.models_file))
         scenario = _scenario(env, scenario_file, horizon)
         bootstrap = processes.require_bootstrap(settings)
         require_rollout_worker(settings, bootstrap)

@@ -11,7 +11,7 @@ from rich.table import Table
 from consumers.benchmark_state import MemoryFigures, memory_figures
 from consumers.evidence.exceptions import EvidenceError
 from infra import processes
-from infra.cli import app, console, err, fail, settings_of
+from infra.cli import app, codec_of, console, err, fail, republished_line, settings_of
 from infra.cli.read import open_existing_store
 from infra.exceptions import InfraError
 from infra.kafka_clients import ensure_topics, topic_message_counts
@@ -26,7 +26,7 @@ def up(ctx: typer.Context):
     worker and the rollout worker; return once every one of them is ready."""
     settings = settings_of(ctx)
     try:
-        result = processes.up(settings)
+        result = processes.up(settings, codec_of(ctx))
     except (InfraError, EvidenceError, ConfigError, OSError) as exc:
         fail(exc)
     state = result.state
@@ -37,6 +37,8 @@ def up(ctx: typer.Context):
         console.print(f"started {', '.join(result.started)}. Ready: {escape(what)}")
     else:
         console.print(f"already running, nothing started: {escape(what)}")
+    if result.republished:
+        console.print(republished_line(result.republished))
 
 
 @app.command()
@@ -61,6 +63,7 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
         figures = memory_figures(open_existing_store(settings))
         report["evidence"] = dict(figures.events)
         report["memory"] = _memory(figures)
+        report["memory"]["unserved_models"] = _unserved(settings, figures.model_versions)
     except EvidenceError as exc:
         report["evidence"] = {"error": str(exc)}
     report["lag"] = _lag(settings, state, report["broker"])
@@ -95,6 +98,19 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
         console.print(table)
     else:
         console.print("consumer lag: no consumer group has committed offsets yet")
+
+
+def _unserved(settings, model_versions) -> list[str] | str:
+    """Registered models that the registry file the rollout workers serve does not hold (a stray
+    registration: nothing sweeps or validates them)."""
+    from producers.sim.exceptions import ModelConfigError
+    from producers.sim.models import load_models
+
+    try:
+        served = {m.model_id for m in load_models(settings.models_file)}
+    except ModelConfigError as exc:
+        return f"unknown: {exc}"
+    return sorted(set(model_versions) - served)
 
 
 def _memory(f: MemoryFigures) -> dict:
@@ -134,6 +150,9 @@ def _print_memory(events: dict, memory: dict) -> None:
                   f"({memory['active_scenarios']} active scenarios)", soft_wrap=True, highlight=False)
     if versions:
         console.print(f"models at their latest version: {versions}", soft_wrap=True, highlight=False)
+    if memory["unserved_models"]:
+        console.print(f"registered but not in the model registry file (not swept, not validated): "
+                      f"{escape(str(memory['unserved_models']))}", soft_wrap=True, highlight=False)
     funnel = memory["funnel"].get("all", {})
     console.print(f"candidates {memory['candidates']}: {funnel.get('promoted', 0)} promoted, "
                   f"{funnel.get('rejected', 0)} rejected, {funnel.get('deferred', 0)} deferred, "

@@ -39,13 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from producers.commits import commit
 from producers.env_cache import EnvCache
 from producers.keyframes import KeyframeStore
 from producers.libero.exceptions import LiberoError
 from producers.libero.scenario import LiberoScenario, is_libero
+from producers.parent_death import die_with_parent
 from producers.publisher import Publisher
 from producers.recorder import EpisodeIdentity, EpisodeSummary, record_episode
-from schemas.events import dead_letter
+from schemas.catalog import BY_NAME
+from schemas.events import dead_letter, refusal_reason
 from schemas.exceptions import SchemaError
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ GROUP_ID = "sepa-libero-workers"
 ENV_CACHE_SIZE = 3
 WARM_TIMEOUT_S = 600.0
 OPENPI_VERSION = "server"  # model_version of an openpi policy server (the server names its checkpoint)
+REQUESTS = BY_NAME["rollout.requests"]  # decoded against it: the same reasons as the sink's
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ def load_libero_models(models_path: str | Path | None = None,
     from producers.sim.models import load_models
 
     models = {m.model_id: LiberoModel(m.model_id, m.version, m.kind, skill=m.skill)
-              for m in (load_models(Path(models_path)) if models_path else load_models())}
+              for m in load_models(models_path or None)}
     for model_id, uri in (policy_servers or {}).items():
         if not uri.startswith(("ws://", "wss://")):
             raise ValueError(f"policy server for {model_id!r} must be a ws:// or wss:// URI, got {uri!r}")
@@ -105,9 +109,11 @@ _simulator = ""
 _warm_barrier: Any = None
 
 
-def _init_process(barrier: Any, producer_factory: Callable[[], Any], prefix: str) -> None:
-    """Pool process initializer: imports LIBERO up front and makes this process's publisher."""
+def _init_process(parent_pid: int, barrier: Any, producer_factory: Callable[[], Any], prefix: str) -> None:
+    """Pool process initializer: dies with the worker, imports LIBERO up front and makes this
+    process's publisher."""
     global _warm_barrier, _publisher, _simulator
+    die_with_parent(parent_pid)
     _warm_barrier = barrier
     from producers.libero.env import simulator_versions
 
@@ -175,7 +181,7 @@ class LiberoPool:
         self.keyframe_root, self.models, self.processes = str(keyframe_root), models, processes
         ctx = multiprocessing.get_context("spawn")
         self.executor = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init_process,
-                                            initargs=(ctx.Barrier(processes), producer_factory, prefix))
+                                            initargs=(os.getpid(), ctx.Barrier(processes), producer_factory, prefix))
         for _ in range(processes):
             self.executor.submit(os.getpid)
 
@@ -244,7 +250,7 @@ class LiberoWorker:
                 if msg is None or msg.error():
                     continue
                 try:
-                    summaries = self.handle(self.codec.decode(msg.value()))
+                    summaries = self.handle(self.codec.decode(msg.value(), REQUESTS))
                     if summaries is None:
                         self.skipped += 1
                     else:
@@ -252,9 +258,8 @@ class LiberoWorker:
                         log.info("request at %s[%d]@%d: %d episodes, %d successes", msg.topic(), msg.partition(),
                                  msg.offset(), len(summaries), sum(s.success for s in summaries))
                 except (SchemaError, LiberoError, KeyError, ValueError) as exc:
-                    self._dead_letter(msg, f"{type(exc).__name__}: {exc}")
-                self.consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
-                                     asynchronous=False)
+                    self._dead_letter(msg, refusal_reason(exc))
+                commit(self.consumer, [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)])
         finally:
             self.consumer.close()
 

@@ -335,7 +335,8 @@ class DetectorStage:
             episode_id=end["episode_id"], scenario_id=end["scenario_id"], model_id=end["model_id"],
             scenario=started["scenario"] if started is not None else empty_scenario(), success=end["success"],
             termination=end["termination"], steps=end["steps"], quality=end["quality"], analysed=analysed,
-            reason=reason, moments=ep.detector.outcomes() if analysed else [], detector_version=DETECTOR_VERSION)
+            reason=reason, moments=ep.detector.outcomes() if analysed else [], detector_version=DETECTOR_VERSION,
+            seed=started["seed"] if started is not None else None)
 
     def expire(self, backlogged: Collection[TP] = ()) -> list[dict]:
         """Finishes ends overdue by ``end_grace_s``; drops episodes idle for ``idle_timeout_s``.

@@ -142,6 +142,7 @@ def check_log(reader: TopicReader, expected: dict[str, bytes], events: list[dict
     assert clusters_of(values, codec) == clusters_of(expected.values(), codec)
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
 @slow_on_kafka
 def test_kill_9_of_the_clusterer_mid_stream_then_a_replay_change_no_cluster(broker, prefix, tmp_path):
     codec = Codec()
@@ -212,7 +213,7 @@ def test_kill_9_of_the_clusterer_mid_stream_then_a_replay_change_no_cluster(brok
           f"replay: {stats}")
 
 
-@slow_on_kafka
+@pytest.mark.slow  # one of the default run's longest, on both brokers (README, Test)
 def test_a_second_clusterer_stands_by_and_takes_over_with_the_same_ids(broker, prefix, tmp_path):
     codec = Codec()
     events = analysed_episodes(EPISODES, seed=51, run_id="singleton")

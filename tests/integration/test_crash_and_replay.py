@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
-from marks import slow_on_kafka
 
 from consumers.evidence.sink import EvidenceSink
 from consumers.replay import compare, rebuild
@@ -38,7 +38,7 @@ def publish_synthetic(broker, prefix, n_episodes, steps, seed) -> int:
     return publisher.published
 
 
-@slow_on_kafka
+@pytest.mark.slow  # one of the default run's longest, on both brokers (README, Test)
 def test_kill_9_mid_stream_then_restart_stores_every_event_exactly_once(broker, prefix, tmp_path):
     n_episodes, steps = 300, 100
     publish_synthetic(broker, prefix, n_episodes, steps, seed=11)
@@ -70,7 +70,7 @@ def test_kill_9_mid_stream_then_restart_stores_every_event_exactly_once(broker, 
     assert evidence["dead_letters"] == 0
 
 
-@slow_on_kafka
+@pytest.mark.slow  # one of the default run's longest, on both brokers (README, Test)
 def test_100k_events_replay_into_an_empty_store_with_the_same_digest(broker, prefix, store):
     published = publish_synthetic(broker, prefix, 500, 198, seed=12)
     assert published == 100_000

@@ -240,3 +240,31 @@ def test_episodes_ending_between_the_workers_reads_are_not_asked_for_again(tansu
     asked = sorted((e["model_id"], tuple(e["seeds"])) for e in publisher.events)
     # the first look complete: the second is asked for, and nothing of the first again
     assert asked == sorted((m, tuple(range(LOOK, 2 * LOOK))) for m in ("oracle", *RANKED))
+
+
+def test_a_registered_model_no_rollout_worker_serves_is_left_out_of_validation(tansu, store, tmp_path):
+    """A stray ModelRegistered (a model not in the registry file the rollout workers serve) is left
+    out of the validation arms: its rollouts would be refused, and the candidate waited forever (a
+    `run` sat at "validating" for minutes with no word)."""
+    prefix = f"g{uuid.uuid4().hex[:10]}."
+    ensure_topics(tansu, prefix)
+    log = EvidenceLog()
+    for model, kind in MODELS.items():
+        log.register(model, kind)
+    log.register("ghost-model", "scripted")
+    log.candidate(BASE, "", "base", generator="base")
+    log.promoted(BASE, 1)
+    candidate = make_event("CandidateProposed", (GOOD_ID,), "mutator", "test", event_time=log.clock,
+                           scenario_id=GOOD_ID, parent_scenario_id=BASE_ID, operator="material", params={},
+                           source_cluster_id="fc-1", scenario=GOOD, mutator_version="test", factor="friction",
+                           generator="failure-guided", cycle_id="c1", feasibility_json="{}")
+    store_events(store, [*log.events, candidate])
+    asked = {}
+    for served in (None, frozenset(MODELS)):
+        publisher = RecordingPublisher(make_producer(tansu), prefix, Codec())
+        worker = CriticsWorker(None, publisher, store, Codec(), CriticsConfig(served_models=served), prefix)
+        assert worker.advance(_Pending(candidate, (f"{prefix}scenarios.candidates", 0), 0)) is False
+        publisher.flush()
+        asked[served] = {e["model_id"] for e in publisher.events if e["envelope"]["event_type"] == "RolloutRequested"}
+    assert "ghost-model" in asked[None]  # without the registry file's word, every registered model is an arm
+    assert asked[frozenset(MODELS)] == set(MODELS), asked

@@ -213,6 +213,7 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
 def test_worker_serves_libero_requests_survives_a_kill_and_the_detector_reads_its_episodes(
         libero_venv, catalog, tansu, store, tmp_path):
     prefix = fresh_prefix(tansu)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
 from evidence_factory import EvidenceLog, store_events
 
 from consumers import benchmark_state as q
@@ -29,6 +30,7 @@ SITE = {"eef_x": -0.15, "eef_y": -0.01, "eef_z": 0.25, "object_x": -0.12, "objec
         "object_dx": 0.0, "object_dy": 0.0}
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
 def test_libero_candidates_are_checked_in_the_libero_venv(libero_venv):
     knocks = {"cluster_id": "c-knock", "size": 5, "revision": 1, "dominant_failure_type": "knocked_object",
               "failure_types": {"knocked_object": 1.0}, "root_types": {"knocked_object": 1.0}, "site": SITE,
@@ -49,6 +51,7 @@ def test_libero_candidates_are_checked_in_the_libero_venv(libero_venv):
     assert not bad.feasible and "interpenetrate" in bad.reason and bad.measures["seeds_passed"] == 0
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
 def test_the_mutator_answers_a_cycle_from_a_libero_log_with_libero_candidates(libero_venv, chdb_store):
     log = EvidenceLog()
     for model, kind in (("oracle", "oracle"), ("scripted-novice", "scripted")):

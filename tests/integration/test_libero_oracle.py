@@ -19,6 +19,7 @@ SEEDS = 10
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # its subprocess's: >600 s beside the LIBERO run on 2 cores
 def test_the_oracle_succeeds_on_every_libero_object_task(libero_venv, tmp_path: Path):
     out = tmp_path / "oracle.json"
     settings = load_settings(environ={}, memory_dir=tmp_path)

@@ -9,13 +9,17 @@ import time
 import uuid
 
 import pytest
+from evidence_factory import EvidenceLog, spec, store_events
 from sinks import make_sink
 
+from consumers import benchmark_state as q
 from infra.exceptions import WaitTimeout
 from infra.kafka_clients import ensure_topics, make_producer
 from infra.orchestrator import (
+    EvolveConfig,
     Settled,
     check_models,
+    cycle_started,
     deadline_in,
     refused_requests,
     request_rollouts,
@@ -157,3 +161,22 @@ def test_an_unknown_model_is_refused_before_anything_is_published():
     check_models(["oracle"], models)
     with pytest.raises(ValueError, match=r"'nope' is not in the model registry; known: \['oracle'"):
         check_models(["oracle", "nope"], models)
+
+
+def test_a_rerun_goes_on_from_the_position_its_cycle_started_at_not_a_new_one(store):
+    config, models = EvolveConfig(run_id="run-0"), load_models()
+    log = EvidenceLog(run_id="run-0")
+    scenario = spec("base")
+    log.cluster_updated("c1", 3, "ep-1", "missed_grasp", scenario)
+    first = cycle_started(store, config, 1, 1, models)
+    assert first is not None and first["clusters_position"] == 0  # nothing stored yet
+    store_events(store, [*log.events, first])
+    for i in range(5):  # the clusterer went on while the run was down
+        log.cluster_updated(f"c{i + 2}", 3, "ep-1", "missed_grasp", scenario)
+    store_events(store, log.events[1:])
+    assert q.cluster_log_length(store) == 6
+
+    assert cycle_started(store, config, 1, 1, models) is None, "cycle 1 started already: nothing to publish"
+    [stored] = [c for c in q.cycles(store) if c.cycle_id == "run-0-c1"]
+    assert stored.clusters_position == 0
+    assert cycle_started(store, config, 2, 1, models)["clusters_position"] == 6

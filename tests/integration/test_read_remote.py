@@ -75,7 +75,7 @@ def _read_through_the_endpoint(memory, direct, remote, tmp_path, pipeline_pid: i
     report = _sepa(memory, direct.database, "report", "--output", str(tmp_path / "report"))
     assert report.returncode == 0, report.stderr
     assert "| v3 | 1 | strong | weak |" in (tmp_path / "report" / "report.md").read_text()
-    diff = _sepa(memory, direct.database, "diff", "strong@1", "weak", "--json")
+    diff = _sepa(memory, direct.database, "diff", "strong@1", "weak", "--seeds", "all", "--json")
     assert diff.returncode == 0, diff.stderr
     assert json.loads(diff.stdout)["regressions"] == ["scn-slip"]
     assert not (memory / "evidence").exists()  # nothing opened a store of its own in the memory dir

@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from registry_stand_in import FIRST_ID, SchemaRegistry
 from stack_helpers import clean_env, processes_holding, sepa
@@ -41,6 +42,7 @@ def framed_ids(bootstrap: str, topics: list[str]) -> dict[str, set[int]]:
     return ids
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
 def test_every_producer_publishes_with_registry_ids_that_the_sink_resolves(tansu, tmp_path):
     prefix = f"g{uuid.uuid4().hex[:10]}."
     ensure_topics(tansu, prefix)

@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from openpi_client import msgpack_numpy
 from websockets.sync.server import serve
 
@@ -33,7 +33,10 @@ from producers.sim.envs import make_env
 from producers.sim.rollout import Episode
 from producers.sim.scenario import ScenarioSpec
 from producers.websocket_policy import WebSocketPolicy
+from schemas.catalog import BY_NAME, DEAD_LETTER_EXCERPT_BYTES
 from schemas.codec import Codec
+from schemas.events import make_event
+from streams.deadletter import Intake, RawMessage
 
 SESSION_MS = 6000
 
@@ -201,14 +204,24 @@ def test_unreachable_server_is_a_policy_error(lift_env):
 
 # 3. The worker dead-letters a bad request and keeps serving.
 
-def test_worker_dead_letters_an_unknown_model_and_serves_the_next_request(tansu, tmp_path):
+def test_worker_dead_letters_an_unknown_model_and_a_huge_value_and_serves_the_next_request(tansu, tmp_path):
     prefix = fresh_prefix(tansu)
     spec = lift_spec(30).to_dict()
     bad = rollout_request(spec, "no-such-model", [0], run_id="bad")
     good = rollout_request(spec, "scripted-novice", [1], run_id="good")
+    # 10 MiB that Tansu takes (Apache Kafka would refuse it): the worker used to die on it, trying to
+    # dead-letter the whole value, and again after every restart
+    huge = Codec().encode(bad)[:5] + b"\x01" * (10 * 1024 * 1024)
+    raw = Producer({"bootstrap.servers": tansu, "message.max.bytes": 20_000_000, "log_level": 0})
+    raw.produce(f"{prefix}rollout.requests", key=spec["scenario_id"].encode(), value=huge)
+    # a well-formed event of a type rollout.requests does not carry: the sink's reason, word for word
+    misplaced = Codec().encode(make_event("Promoted", ("s",), "gate", "r", scenario_id="s", reason="x",
+                                          evidence_event_ids=[], gate_version="1"))
+    raw.produce(f"{prefix}rollout.requests", key=spec["scenario_id"].encode(), value=misplaced)
+    raw.flush(60)
     publisher = Publisher(make_producer(tansu), prefix)
     publisher.publish(bad)
-    publisher.publish(good)  # same scenario_id key: same partition, served after the bad one
+    publisher.publish(good)  # same scenario_id key: same partition, served after the bad ones
     publisher.flush()
 
     pool = RolloutPool(producer_config(tansu), prefix, Codec(), tmp_path, processes=1)
@@ -220,9 +233,9 @@ def test_worker_dead_letters_an_unknown_model_and_serves_the_next_request(tansu,
     thread.start()
     try:
         deadline = time.monotonic() + 90
-        while worker.served < 2 and time.monotonic() < deadline and thread.is_alive():
+        while worker.served < 4 and time.monotonic() < deadline and thread.is_alive():
             time.sleep(0.2)
-        assert worker.served == 2 and assigned.is_set()
+        assert worker.served == 4 and assigned.is_set()  # every message, the refused ones too
     finally:
         stop.set()
         thread.join(timeout=15)
@@ -230,10 +243,16 @@ def test_worker_dead_letters_an_unknown_model_and_serves_the_next_request(tansu,
     assert not thread.is_alive()
 
     dead = consume(tansu, [f"{prefix}deadletter"])
-    assert len(dead) == 1
-    assert dead[0]["source_topic"] == f"{prefix}rollout.requests"
-    assert "KeyError" in dead[0]["reason"] and "no-such-model" in dead[0]["reason"]
-    assert Codec().decode(dead[0]["original"])["request_id"] == bad["request_id"]
+    assert len(dead) == 3
+    assert {d["source_topic"] for d in dead} == {f"{prefix}rollout.requests"}
+    assert dead[0]["reason"].startswith(f"message of {len(huge)} bytes is over the") and "sha256" in dead[0]["reason"]
+    assert dead[0]["original"] == huge[:DEAD_LETTER_EXCERPT_BYTES]
+    topic = f"{prefix}rollout.requests"
+    _, intake = Intake(Codec(), "x", "r", {topic: BY_NAME["rollout.requests"]}).decode(
+        RawMessage(topic, 0, 1, None, misplaced))
+    assert dead[1]["reason"] == intake["reason"] and "does not belong on topic rollout.requests" in dead[1]["reason"]
+    assert "KeyError" in dead[2]["reason"] and "no-such-model" in dead[2]["reason"]
+    assert Codec().decode(dead[2]["original"])["request_id"] == bad["request_id"]
 
     episodes = consume(tansu, [f"{prefix}rollout.episodes"])
     by_type = {e["envelope"]["event_type"]: e for e in episodes}

@@ -145,6 +145,7 @@ def final_detector_stats(log_path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (item.split("=") for item in lines[-1].split(", "))}
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
 @slow_on_kafka
 def test_kill_9_of_the_streams_worker_mid_stream_loses_and_changes_no_failure_moment(broker, prefix, tmp_path):
     codec = Codec()

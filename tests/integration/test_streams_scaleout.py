@@ -212,6 +212,7 @@ def differences(codec: Codec, want: dict[str, bytes], changed: dict[str, list[by
     return out
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
 def test_two_workers_joining_and_killed_mid_stream_lose_and_duplicate_no_failure_moment(apache_kafka, tmp_path):
     broker, prefix, codec = apache_kafka, f"s{uuid.uuid4().hex[:10]}.", Codec()
     ensure_topics(broker, prefix)

@@ -114,7 +114,7 @@ def test_a_new_model_version_is_swept_where_it_has_no_trials_with_the_orchestrat
     [again] = orchestrator.request_sweeps(publisher, store, [dict(a.spec) for a in q.active_benchmark(store).scenarios
                                                              if a.scenario_id == untried["scenario_id"]],
                                           [ModelConfig(model_id="m", version="1", kind="scripted", skill=Skill())],
-                                          SEEDS)
+                                          list(range(SEEDS)))
     assert again["request_id"] == request["request_id"]
     landed(store, "rollout_requests", 1)
     time.sleep(2.0)  # the orchestrator's copy is stored (or dead-lettered) by now
@@ -142,6 +142,29 @@ def test_a_new_model_version_is_swept_where_it_has_no_trials_with_the_orchestrat
     letter = codec.decode(dead.value)
     assert letter["source_topic"] == topic and letter["source_offset"] == 1
     assert runner.stats == {"registrations": 5, "requests": 3}
+
+
+def test_a_registration_of_a_model_no_rollout_worker_serves_is_dead_lettered_not_swept(tansu, store, live):
+    prefix, publisher = live
+    codec = Codec()
+    runner = SweepRunner(lambda: store, codec, SweeperConfig(sweep_seeds=SEEDS, served_models=frozenset({"m"})),
+                         topic_prefix=prefix)
+    topic = f"{prefix}models.registry"
+    t0 = (utc_now() - timedelta(hours=1)).replace(microsecond=0)
+    publisher.publish(registration("ghost-model", "1", t0))
+    publisher.publish(registration("m", "1", t0))
+    publisher.flush()
+    raw_ghost, raw_served = raw_messages(tansu, topic, 2)
+    log = EvidenceLog(start=t0)
+    log.promoted(spec("active"), 1)
+    store_events(store, log.events)
+
+    [dead] = runner.on_message(raw_ghost)
+    assert dead.topic == "deadletter"
+    reason = codec.decode(dead.value)["reason"]
+    assert "'ghost-model' is not in the model registry file" in reason and "served: m" in reason, reason
+    assert [o.topic for o in runner.on_message(raw_served)] == ["rollout.requests"]
+    assert runner.stats == {"registrations": 1, "requests": 1}
 
 
 def test_the_streams_worker_runs_the_sweeper_with_the_settings_seeds(tmp_path):
