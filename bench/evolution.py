@@ -12,11 +12,16 @@ parameters and no seed, and is given the rollouts the guided arm spent as its bu
 
 - promoted: scenarios the loop promoted and that are still active (the base is not one);
 - Spearman: the ranked scripted models' pooled success on the final benchmark against their known
-  skill rank (models.yaml ``rank``; the oracle apart), and their spread best - worst (points);
+  skill rank (models.yaml ``rank``; the oracle apart), and their spread best - worst (points), on
+  held-out seeds (producers/seeds.py: they chose nothing), beside the same on the selection seeds
+  (in-sample: biased, shown for the size of the bias);
 - oracle: the lowest oracle success of any promoted scenario over its validation episodes;
 - validation cost: rollouts per model per candidate, the parent's control arm included (counted
   even where the sweeps had already run those seeds), and the rollouts actually run;
-- rollouts spent by purpose and the arm's wall time.
+- rollouts spent by purpose and the arm's wall time;
+- unseen: two families of scripted models the loop never saw (UNSEEN_FAMILIES), measured after the
+  loop on held-out seeds of the base and of the final benchmark: Spearman against each family's
+  true order and spread, on each.
 
 Targets (issue 10): Spearman 1.0 and spread >= 30 pp on the promoted benchmark within 3 cycles,
 oracle >= 90% on every promoted scenario, <= 20 validation rollouts per model per candidate, and
@@ -30,12 +35,15 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -47,17 +55,75 @@ from infra.kafka_clients import make_codec, make_producer  # noqa: E402
 from infra.settings import load_settings  # noqa: E402
 from producers.adapters import RobosuiteAdapter  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
-from producers.sim.models import load_models, skill_order  # noqa: E402
+from producers.seeds import held_out_seeds  # noqa: E402
+from producers.sim.models import DEFAULT_MODELS_PATH, ModelConfig, load_models, skill_order  # noqa: E402
+from producers.sim.policies import Skill  # noqa: E402
 
 BASE_HORIZON = 200
+# Models the loop never sees (not in models.yaml, never registered while it runs), in two families
+# of known order: each model is at least as bad as the one before in every Skill component. One
+# lies between models.yaml's ranks (its step formula, rank r = step r + 1, at other steps); one is
+# weak in precision and noise and hardly distractible. After its loop, each arm measures them on
+# held-out seeds of the base and of the benchmark it built: does the evolved benchmark order
+# models it was not built on?
+UNSEEN_STEPS = (1.5, 3.0, 4.5)
+UNSEEN_FAMILIES = {
+    "between": lambda s: dict(target_noise_m=0.001 * s, range_noise_per_m=0.02 * s, action_noise=0.024 * s,
+                              timing_jitter=0.04 * s, precision=1 - 0.04 * s, distractor_pull=0.2 * s, retries=1),
+    "imprecise": lambda s: dict(target_noise_m=0.0015 * s, range_noise_per_m=0.02 * s, action_noise=0.036 * s,
+                                timing_jitter=0.04 * s, precision=1 - 0.06 * s, distractor_pull=0.05 * s, retries=1),
+}
+UNSEEN_SEEDS = 20
 ORACLE_TARGET = 0.9
 SPREAD_TARGET = 0.30
 COST_TARGET = 20.0
 
 
+def unseen_models() -> dict[str, list[ModelConfig]]:
+    """family -> its models, best first."""
+    return {family: [ModelConfig(model_id=f"unseen-{family}-{i}", version="1", kind="scripted",
+                                 skill=Skill(**skill(step)), description=f"bench/evolution.py: {family}, step {step}")
+                     for i, step in enumerate(UNSEEN_STEPS)]
+            for family, skill in UNSEEN_FAMILIES.items()}
+
+
+def models_file(memory: Path) -> Path:
+    """models.yaml plus the unseen families: what the arm's rollout worker serves."""
+    doc = yaml.safe_load(DEFAULT_MODELS_PATH.read_text())
+    for family in unseen_models().values():
+        doc["models"] += [{"model_id": m.model_id, "version": m.version, "kind": m.kind, "description": m.description,
+                           "skill": dataclasses.asdict(m.skill)} for m in family]
+    path = memory / "models-with-unseen.yaml"
+    memory.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def measure_unseen(store, publisher, base: dict, settings) -> dict:
+    """Each unseen family on held-out seeds of the base and of the final benchmark: Spearman against
+    its true order and spread, on each."""
+    benchmark = q.active_benchmark(store)
+    finals = [dict(a.spec) for a in benchmark.scenarios]
+    families = unseen_models()
+    everyone = [m for family in families.values() for m in family]
+    requests = orchestrator.request_sweeps(publisher, store, [base, *finals], everyone, held_out_seeds(UNSEEN_SEEDS))
+    orchestrator.wait_for_episodes(store, requests, orchestrator.deadline_in(orchestrator.STAGE_TIMEOUT_S),
+                                   check=orchestrator.still_running(settings))
+    out = {}
+    for family, members in families.items():
+        ids = [m.model_id for m in members]
+        for label, scenario_ids in (("base", [base["scenario_id"]]), ("evolved", [s["scenario_id"] for s in finals])):
+            pooled = {s.model_id: s.success_rate for s in q.pooled_scores(
+                q.scores(store, model_ids=ids, scenario_ids=scenario_ids, seeds=q.HELD_OUT))}
+            rates = [pooled.get(m, float("nan")) for m in ids]
+            out[f"{family} {label}"] = {"rates": rates, "spearman": spearman([-r for r in range(len(ids))], rates),
+                                        "spread": max(rates) - min(rates)}
+    return out
+
+
 def run_arm(generator: str, args, work: Path, cycles: int, budget: int) -> dict:
     memory = work / generator
-    settings = load_settings(memory_dir=memory, environ={})
+    settings = load_settings(memory_dir=memory, environ={"SEPA_MODELS_FILE": str(models_file(memory))})
     started = time.monotonic()
     processes.up(settings)
     publisher = None
@@ -65,13 +131,13 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int) -> dict:
         store = processes.open_store(settings)
         codec = make_codec(settings)
         publisher = Publisher(make_producer(processes.require_bootstrap(settings)), settings.topic_prefix, codec)
-        models = load_models()
+        models = load_models()  # models.yaml's: the unseen families are served, never registered
         orchestrator.register_models(publisher, models)
+        base = RobosuiteAdapter().base_scenario("Lift", BASE_HORIZON)
         config = orchestrator.EvolveConfig(
             run_id=f"bench-{generator}", cycles=cycles, sweep_seeds=args.sweep_seeds,
             max_candidates=args.max_candidates, generator=generator, seed=args.seed,
-            base=(RobosuiteAdapter().base_scenario("Lift", BASE_HORIZON),), rollout_budget=budget,
-            fragile=settings.cluster_fragile_successes)
+            base=(base,), rollout_budget=budget, fragile=settings.cluster_fragile_successes)
 
         def hear(kind, value):
             if kind == "report":
@@ -81,7 +147,9 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int) -> dict:
 
         reports = orchestrator.evolve(store, publisher, models, config, on_event=hear,
                                       check=orchestrator.still_running(settings))
-        return measure(store, models, reports, time.monotonic() - started)
+        result = measure(store, models, reports, time.monotonic() - started)
+        result["unseen"] = measure_unseen(store, publisher, base, settings)
+        return result
     finally:
         if publisher is not None:
             publisher.flush()
@@ -94,10 +162,15 @@ def measure(store, models, reports, seconds: float) -> dict:
     ranking = [m for m in skill_order(models) if m != oracle]  # the ranked scripted models, best first
     benchmark = q.active_benchmark(store)
     promoted = [a for a in benchmark.scenarios if a.factor != "base"]
-    pooled = {s.model_id: s for s in q.pooled_scores(q.scores(store, version=benchmark.version))}
+    pooled = {s.model_id: s for s in q.pooled_scores(q.scores(store, version=benchmark.version, seeds=q.HELD_OUT))}
     rates = [pooled[m].success_rate if m in pooled else float("nan") for m in ranking]
     rho = spearman([-r for r in range(len(ranking))], rates) if promoted else None
     spread = (max(rates) - min(rates)) if promoted else float("nan")
+    # the same on the seeds that chose the scenarios, for contrast: the gap is the selection bias
+    biased = {s.model_id: s for s in q.pooled_scores(q.scores(store, version=benchmark.version, seeds=q.SELECTION))}
+    biased_rates = [biased[m].success_rate if m in biased else float("nan") for m in ranking]
+    rho_in = spearman([-r for r in range(len(ranking))], biased_rates) if promoted else None
+    spread_in = (max(biased_rates) - min(biased_rates)) if promoted else float("nan")
     oracle_rates = {}
     for a in promoted:
         trials = [t for t in q.trials(store, model_ids=[oracle], scenario_ids=[a.scenario_id]) if t.valid]
@@ -111,7 +184,9 @@ def measure(store, models, reports, seconds: float) -> dict:
                          and c.generator != "base")
     return {"cycles": len(reports), "promoted": len(promoted), "promoted_ever": discriminative,
             "candidates": sum(len(r.proposed) for r in reports), "scores": dict(zip(ranking, rates, strict=True)),
-            "spearman": rho, "spread": spread, "oracle_min": min(oracle_rates.values(), default=float("nan")),
+            "spearman": rho, "spread": spread, "spearman_in_sample": rho_in, "spread_in_sample": spread_in,
+            "scores_in_sample": dict(zip(ranking, biased_rates, strict=True)),
+            "oracle_min": min(oracle_rates.values(), default=float("nan")),
             "oracle_score": pooled[oracle].success_rate if oracle in pooled else float("nan"),
             "oracle": oracle_rates, "cost_per_model_candidate": cost, "new_cost_per_model_candidate": new_cost,
             "rollouts": sum(spent.values()), "by_purpose": spent, "seconds": seconds,
@@ -123,8 +198,11 @@ def print_table(results: dict[str, dict]) -> None:
     arms = list(results)
     rows = [("cycles run", "cycles", "{:d}"), ("candidates proposed", "candidates", "{:d}"),
             ("promoted (active at the end)", "promoted", "{:d}"), ("promoted, ever", "promoted_ever", "{:d}"),
-            ("Spearman vs true skill (4 ranked models)", "spearman", "{:.2f}"),
-            ("spread best-worst (pp)", "spread", "{:.0%}"), ("oracle on the final benchmark", "oracle_score", "{:.0%}"),
+            ("Spearman vs true skill (4 ranked models), held-out", "spearman", "{:.2f}"),
+            ("spread best-worst (pp), held-out", "spread", "{:.0%}"),
+            ("Spearman, in-sample (selection seeds)", "spearman_in_sample", "{:.2f}"),
+            ("spread, in-sample (selection seeds)", "spread_in_sample", "{:.0%}"),
+            ("oracle on the final benchmark, held-out", "oracle_score", "{:.0%}"),
             ("oracle, worst promoted scenario", "oracle_min", "{:.0%}"),
             ("validation rollouts / model / candidate (control incl.)", "cost_per_model_candidate", "{:.1f}"),
             ("  of which run anew", "new_cost_per_model_candidate", "{:.1f}"),
@@ -147,6 +225,11 @@ def print_table(results: dict[str, dict]) -> None:
         print(f"\n{a}: final benchmark v{r['version']}: {', '.join(r['promoted_ids']) or 'base only'} "
               f"({', '.join(r['promoted_factors'])}); per-model success {json.dumps(r['scores'])}")
         print(f"  oracle per promoted scenario: {json.dumps(r['oracle'])}; rollouts by purpose {r['by_purpose']}")
+        print(f"  in-sample per-model success (selection seeds): {json.dumps(r['scores_in_sample'])}")
+        for name, u in r.get("unseen", {}).items():
+            rho = "- (all tied)" if u["spearman"] is None else f"{u['spearman']:.2f}"
+            print(f"  unseen family {name}, held-out: success {', '.join(f'{x:.2f}' for x in u['rates'])} "
+                  f"(best first by construction); Spearman {rho}, spread {u['spread']:.0%}")
 
 
 def main(argv: list[str]) -> int:
@@ -174,6 +257,7 @@ def main(argv: list[str]) -> int:
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results, default=str), file=sys.stderr)  # everything, before anything can fail to print
     print_table(results)
     g = results.get("failure-guided")
     if g:

@@ -27,6 +27,11 @@ models to those versions (the others stay at their latest). An episode whose Epi
 missing has no known version: it is a trial of its own under ``ALL_VERSIONS`` (version None) and
 belongs to no version otherwise. Paired comparisons pair trials on (seed, variant).
 
+Seeds are split (producers/seeds.py): scores and trials take ``seeds``: ``SELECTION`` (what chose
+the benchmark: the gate and the critics read these only), ``HELD_OUT`` (what measures it: every
+score a person reads), or None (every seed: the log as a whole).
+
+``content_digest`` hashes what was decided and measured, not when (two runs are compared by it);
 ``derived_state`` / ``state_digest`` hash the whole derived state (tables, scores, benchmark
 versions, promotions, candidate outcomes, clusters, reviews); replaying the topics into an empty
 store must reproduce the digest exactly.
@@ -45,16 +50,22 @@ from consumers.evidence.columns import table_columns
 from consumers.evidence.store import EvidenceStore
 from consumers.statistics import (
     PairedDifference,
+    holm_adjusted,
     paired,
     spearman,
     wilson_interval,
 )
+from producers.episode import HARNESS_TERMINATIONS
+from producers.seeds import HELD_OUT_FROM
 from schemas.catalog import TOPICS
 
-# A scenario is saturated when every evaluated model passes it at least this often.
+# A scenario is saturated when every evaluated model passes it at least this often: what the report
+# tells a reader. The gate retires at a lower bar (GateConfig.retire_min_success, 0.90, on fewer
+# seeds) on purpose: it acts on selection sweeps of 10-20 seeds, where 0.95 is one failure away
+# from 0.90, and a scenario that every model passes at 0.90 no longer separates them.
 SATURATION_RATE = 0.95
 # Terminations that say nothing about the policy: left out of success rates, counted as invalid.
-INVALID_TERMINATIONS = ("env_error", "aborted")
+INVALID_TERMINATIONS = HARNESS_TERMINATIONS
 # ModelRegistered.kind of the reference policy: it validates scenarios, it is not ranked.
 ORACLE_KIND = "oracle"
 # Decision types and the candidate status each leaves behind when it is the latest.
@@ -149,6 +160,11 @@ def ranked_of(registered: Sequence[RegisteredModel]) -> list[str] | None:
 LATEST = "latest"
 ALL_VERSIONS = "all"
 ModelVersions = str | Mapping[str, str]
+# Which trials a score reads (producers/seeds.py): the seeds that chose the benchmark, the seeds
+# that measure it, or (None) every seed.
+SELECTION = "selection"
+HELD_OUT = "held-out"
+Seeds = str | None
 
 
 class UnknownModelVersion(ValueError):
@@ -263,7 +279,7 @@ def evaluated_versions(store: EvidenceStore, *, run_id: str | None = None,
 
 def previous_model_version(store: EvidenceStore, model_id: str, *, version: str | None = None,
                            scenario_ids: Sequence[str] | None = None, run_id: str | None = None,
-                           as_of: datetime | None = None) -> ModelVersion | None:
+                           as_of: datetime | None = None, seeds: Seeds = None) -> ModelVersion | None:
     """The version of ``model_id`` before ``version`` (default: its latest) that has valid trials on
     any of ``scenario_ids`` (None: on any scenario), the nearest such one in ``model_versions``
     order: what a new version is compared against. None when no earlier version has trials there.
@@ -277,7 +293,8 @@ def previous_model_version(store: EvidenceStore, model_id: str, *, version: str 
         raise UnknownModelVersion(f"model {model_id!r} has no version {target!r} in the evidence log "
                                   f"(its versions: {', '.join(v.version for v in known)})")
     with_trials = {s.model_version for s in scores(store, model_ids=[model_id], scenario_ids=scenario_ids,
-                                                   model_versions=ALL_VERSIONS, run_id=run_id, as_of=as_of)
+                                                   model_versions=ALL_VERSIONS, run_id=run_id, as_of=as_of,
+                                                   seeds=seeds)
                    if s.episodes}
     return next((v for v in reversed(known[:position]) if v.version in with_trials), None)
 
@@ -440,9 +457,21 @@ def version_scenarios(store: EvidenceStore, version: int | None, *, run_id: str 
 
 # --- episodes and trials ----------------------------------------------------------------------
 
+def _seeds_condition(params: dict, seeds: Seeds) -> str:
+    """The condition on a trial's seed that ``seeds`` makes ("" for all seeds; producers/seeds.py)."""
+    if seeds is None:
+        return ""
+    if seeds not in (SELECTION, HELD_OUT):
+        raise ValueError(f"seeds must be {SELECTION!r}, {HELD_OUT!r} or None, got {seeds!r}")
+    params["held_out_from"] = HELD_OUT_FROM
+    # a trial whose start is missing has no known seed: it measures nothing, and it never chose
+    return ("ifNull(seed, 0) < {held_out_from:Int64}" if seeds == SELECTION
+            else "seed IS NOT NULL AND seed >= {held_out_from:Int64}")
+
+
 def _trials_sql(params: dict, *, run_id: str | None, as_of: datetime | None,
                 model_ids: Sequence[str] | None, scenario_ids: Sequence[str] | None,
-                model_versions: ModelVersions = LATEST) -> str:
+                model_versions: ModelVersions = LATEST, seeds: Seeds = None) -> str:
     """One row per trial (model, model version, scenario, seed, variant): its latest valid ended episode.
 
     Columns: model_id, model_version and seed (Nullable: an episode whose start is missing is a
@@ -475,7 +504,7 @@ def _trials_sql(params: dict, *, run_id: str | None, as_of: datetime | None,
         "  final_keyframe_sha256, envelope.event_time AS ended_at, envelope.event_id AS event_id"
         f"  FROM {{database}}.rollout_episodes FINAL{_where(conditions)}) AS e"
         " LEFT JOIN (SELECT episode_id, seed, model_version, variant, request_id FROM {database}.rollout_episodes FINAL"
-        f"  WHERE {STARTED}) AS s ON e.episode_id = s.episode_id{_where([versions])}"
+        f"  WHERE {STARTED}) AS s ON e.episode_id = s.episode_id{_where([versions, _seeds_condition(params, seeds)])}"
         ") GROUP BY model_id, model_version, scenario_id, trial")
 
 
@@ -505,11 +534,12 @@ class Trial:
 
 def trials(store: EvidenceStore, *, model_ids: Sequence[str] | None = None, scenario_ids: Sequence[str] | None = None,
            model_versions: ModelVersions = LATEST, run_id: str | None = None,
-           as_of: datetime | None = None) -> list[Trial]:
-    """Every trial, sorted by model, version, scenario, seed, variant: what paired comparisons are built from."""
+           as_of: datetime | None = None, seeds: Seeds = None) -> list[Trial]:
+    """Every trial, sorted by model, version, scenario, seed, variant: what paired comparisons are
+    built from; ``seeds`` keeps SELECTION or HELD_OUT seeds only (None: all)."""
     params: dict = {}
     sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids,
-                      model_versions=model_versions)
+                      model_versions=model_versions, seeds=seeds)
     rows = store.query("SELECT model_id, model_version, scenario_id, seed, variant, episode_id, success, valid, "
                        f"termination, steps, request_id, keyframe, ended_at FROM ({sql}) "
                        "ORDER BY model_id, model_version, scenario_id, seed, variant, episode_id", parameters=params)
@@ -539,11 +569,11 @@ class ModelScenarioScore:
 
 def scores(store: EvidenceStore, *, version: int | None = None, model_ids: Sequence[str] | None = None,
            scenario_ids: Sequence[str] | None = None, model_versions: ModelVersions = LATEST,
-           run_id: str | None = None, as_of: datetime | None = None) -> list[ModelScenarioScore]:
+           run_id: str | None = None, as_of: datetime | None = None, seeds: Seeds = None) -> list[ModelScenarioScore]:
     """Per model x scenario success with 95% Wilson intervals (semantics in the module docstring).
     ``version`` restricts to that benchmark version's scenarios (None = every scenario), and
     ``scenario_ids`` to those; ``model_versions`` picks the model versions (default: each model's
-    latest)."""
+    latest); ``seeds`` the seeds (HELD_OUT: what the benchmark measures; SELECTION: what chose it)."""
     in_version = version_scenarios(store, version, run_id=run_id, as_of=as_of)
     if in_version is not None and scenario_ids is not None:
         scenario_ids = [s for s in scenario_ids if s in set(in_version)]
@@ -551,7 +581,7 @@ def scores(store: EvidenceStore, *, version: int | None = None, model_ids: Seque
         scenario_ids = in_version
     params: dict = {}
     sql = _trials_sql(params, run_id=run_id, as_of=as_of, model_ids=model_ids, scenario_ids=scenario_ids,
-                      model_versions=model_versions)
+                      model_versions=model_versions, seeds=seeds)
     rows = store.query(f"SELECT model_id, scenario_id, countIf(valid), countIf(valid AND success), countIf(NOT valid), "
                        f"model_version FROM ({sql}) GROUP BY model_id, model_version, scenario_id "
                        "ORDER BY model_id, model_version, scenario_id", parameters=params)
@@ -734,6 +764,45 @@ def discrimination(store: EvidenceStore, *, version: int | None = None, ranking:
     judged = list(model_ids) if model_ids is not None else ranked_model_ids(store, as_of=as_of)
     table = scores(store, version=version, model_ids=judged, run_id=run_id, as_of=as_of)
     return discrimination_of(version, table, ranking)
+
+
+@dataclass(frozen=True)
+class AdjacentPair:
+    """Two models next to each other in the benchmark's order: ``better`` scored above ``worse``.
+    ``test`` pairs their trials on (scenario, seed, variant) over the version's scenarios; they are
+    separated when its Holm-adjusted p (over every adjacent pair) is below ``alpha``."""
+
+    better: str
+    worse: str
+    test: PairedDifference
+    holm_p: float
+    alpha: float
+
+    @property
+    def separated(self) -> bool:
+        return self.holm_p < self.alpha
+
+
+def adjacent_pairs(store: EvidenceStore, version: int, *, seeds: Seeds = HELD_OUT, alpha: float = 0.05,
+                   model_ids: Sequence[str] | None = None) -> list[AdjacentPair]:
+    """The ranked models (``model_ids``, default: the registered non-oracle models) in the order
+    their pooled success on the version puts them, and whether each adjacent pair is told apart:
+    exact McNemar on paired trials, Holm's correction over the pairs. A tie at the top reads as a
+    pair that is not separated."""
+    judged = list(model_ids) if model_ids is not None else ranked_of(models(store)) or []
+    scenario_ids = version_scenarios(store, version)
+    if not judged or not scenario_ids:
+        return []
+    pooled = pooled_scores(scores(store, version=version, model_ids=judged, seeds=seeds))
+    order = [m.model_id for m in sorted(pooled, key=lambda m: (-m.success_rate, m.model_id))]
+    outcomes: dict[str, dict[tuple, bool]] = defaultdict(dict)
+    for t in trials(store, model_ids=order, scenario_ids=scenario_ids, seeds=seeds):
+        if t.valid and t.pair_key is not None:
+            outcomes[t.model_id][(t.scenario_id, *t.pair_key)] = t.success
+    tests = [paired(outcomes[b], outcomes[w]) for b, w in zip(order, order[1:], strict=False)]
+    adjusted = holm_adjusted([t.p_value for t in tests]) if tests else []
+    return [AdjacentPair(b, w, t, p, alpha)
+            for (b, w), t, p in zip(zip(order, order[1:], strict=False), tests, adjusted, strict=True)]
 
 
 def discrimination_of(version: int | None, table: Sequence[ModelScenarioScore], ranking: Sequence[str] | None,
@@ -1177,6 +1246,7 @@ class Cycle:
     proposed: tuple[str, ...]  # from CandidatesGenerated (empty until the mutator answered)
     infeasible: int
     answered: bool
+    clusters_position: int = 0  # where in failures.clusters the mutator reads from
 
 
 def cycles(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> list[Cycle]:
@@ -1186,11 +1256,12 @@ def cycles(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime |
         "SELECT cycle_id, anyIf(cycle, t = 'CycleStarted'), anyIf(benchmark_version, t = 'CycleStarted'), "
         "anyIf(generator, t = 'CycleStarted'), minIf(at, t = 'CycleStarted'), anyIf(models, t = 'CycleStarted'), "
         "anyIf(proposed, t = 'CandidatesGenerated'), sumIf(length(mapKeys(infeasible)), t = 'CandidatesGenerated'), "
-        "countIf(t = 'CandidatesGenerated') > 0 FROM (SELECT *, envelope.event_type AS t, envelope.event_time AS at "
+        "countIf(t = 'CandidatesGenerated') > 0, anyIf(clusters_position, t = 'CycleStarted') "
+        "FROM (SELECT *, envelope.event_type AS t, envelope.event_time AS at "
         f"FROM {{database}}.benchmark_cycles FINAL{_where(_scope(run_id, as_of, params))}) GROUP BY cycle_id "
         "HAVING countIf(t = 'CycleStarted') > 0 ORDER BY minIf(at, t = 'CycleStarted'), cycle_id", parameters=params)
-    return [Cycle(r[0], int(r[1]), int(r[2]), r[3], _utc(r[4]), tuple(r[5]), tuple(r[6]), int(r[7]), bool(r[8]))
-            for r in rows]
+    return [Cycle(r[0], int(r[1]), int(r[2]), r[3], _utc(r[4]), tuple(r[5]), tuple(r[6]), int(r[7]), bool(r[8]),
+                  int(r[9])) for r in rows]
 
 
 # --- reviews ------------------------------------------------------------------------------------
@@ -1382,6 +1453,13 @@ def memory_figures(store: EvidenceStore, *, run_id: str | None = None, as_of: da
 
 # --- the digest replay verifies ------------------------------------------------------------------
 
+def refused_requests(store: EvidenceStore, requests_topic: str, request_ids: list[str]) -> dict[str, str]:
+    """request_id -> reason, for requests a rollout worker dead-lettered (their episodes never come)."""
+    rows = store.query("SELECT original, reason FROM {database}.dead_letters FINAL WHERE source_topic = {topic:String}",
+                       {"topic": requests_topic}, column_formats={"original": "bytes"})
+    return {rid: reason for original, reason in rows for rid in request_ids if rid.encode() in original}
+
+
 def derived_state(store: EvidenceStore) -> dict:
     """Everything derived from the log, as plain JSON-able values in a fixed order."""
     return {
@@ -1402,3 +1480,29 @@ def derived_state(store: EvidenceStore) -> dict:
 
 def state_digest(state: dict) -> str:
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def content_state(store: EvidenceStore) -> dict:
+    """What the benchmark decided and measured, not when: derived_state without the tables'
+    fingerprints (they hash event times) and the clusters' revisions (how often the clusterer
+    re-ran depends on timing), plus every trial's outcome, every list in a canonical order: what two
+    runs of one seed are compared by (README, Reproducible, says when they share it)."""
+    state = derived_state(store)
+    del state["tables"], state["clusters"]
+    # in a canonical order, not the log's: event times come from the episodes' wall clocks, so two
+    # runs of one seed make the same decisions in an order that may differ
+    for key in ("scores", "promotions", "candidates", "active_scenarios", "open_reviews"):
+        state[key] = sorted(state[key], key=json.dumps)
+    state["benchmark_versions"] = [[v, sorted(ids), sorted(promoted), sorted(retired)]
+                                   for v, ids, promoted, retired in state["benchmark_versions"]]
+    rows = store.query(
+        "SELECT DISTINCT model_id, model_version, scenario_id, seed, success, termination, steps, total_reward "
+        f"FROM {{database}}.rollout_episodes FINAL{_where([ENDED])} "
+        "ORDER BY model_id, model_version, scenario_id, seed, termination, steps, total_reward")
+    state["trials"] = [[m, v, s, int(seed), bool(ok), t, int(n), float(r)] for m, v, s, seed, ok, t, n, r in rows]
+    return state
+
+
+def content_digest(store: EvidenceStore) -> str:
+    """sha256 of content_state: the digest `run` prints to compare two runs."""
+    return state_digest(content_state(store))

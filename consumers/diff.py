@@ -102,9 +102,10 @@ class ModelDiff:
         return tuple(s.scenario_id for s in self.scenarios if s.verdict == "improvement")
 
 
-def _resolve(ref: ModelRef, latest: dict[str, str], with_trials: dict[str, set[str]], run_id: str | None) -> ModelRef:
+def _resolve(ref: ModelRef, latest: dict[str, str], with_trials: dict[str, set[str]], run_id: str | None,
+             seeds: bs.Seeds = None) -> ModelRef:
     """The ref at a definite version that has episodes, or a DiffInputError saying what exists."""
-    where = f" for run {run_id!r}" if run_id else ""
+    where = (f" on {seeds} seeds" if seeds else "") + (f" for run {run_id!r}" if run_id else "")
     if ref.model_id not in with_trials:
         raise DiffInputError(f"model {ref.model_id!r} has no episodes in the evidence log{where} "
                              f"(models with episodes: {', '.join(sorted(with_trials)) or 'none'})")
@@ -124,22 +125,23 @@ def _resolve(ref: ModelRef, latest: dict[str, str], with_trials: dict[str, set[s
 
 def compare_models(store: EvidenceStore, model_a: str | ModelRef, model_b: str | ModelRef, *,
                    version: int | None = None, alpha: float = DIFF_ALPHA, run_id: str | None = None,
-                   as_of: datetime | None = None) -> ModelDiff:
+                   as_of: datetime | None = None, seeds: bs.Seeds = None) -> ModelDiff:
     """B against A per scenario of the benchmark ``version``. A string is parsed as the CLI parses
     it (``MODEL`` at its latest version, or ``MODEL@VERSION``); a model id that holds an ``@`` is
-    passed as ``ModelRef(model_id)``."""
+    passed as ``ModelRef(model_id)``. ``seeds`` keeps held-out or selection seeds only
+    (benchmark_state.HELD_OUT / SELECTION; None: every seed)."""
     a, b = (m if isinstance(m, ModelRef) else ModelRef.parse(m) for m in (model_a, model_b))
     if not 0 < alpha < 1:
         raise DiffInputError(f"alpha must be between 0 and 1, got {alpha}")
     if a == b:
         raise DiffInputError(f"diff needs two different models (or two versions of one), got {str(a)!r} twice")
-    every = bs.scores(store, model_versions=bs.ALL_VERSIONS, run_id=run_id, as_of=as_of)
+    every = bs.scores(store, model_versions=bs.ALL_VERSIONS, run_id=run_id, as_of=as_of, seeds=seeds)
     with_trials: dict[str, set[str]] = {}
     for s in every:
         if s.model_version is not None:
             with_trials.setdefault(s.model_id, set()).add(s.model_version)
     latest = bs.latest_model_versions(store, as_of=as_of)
-    a, b = _resolve(a, latest, with_trials, run_id), _resolve(b, latest, with_trials, run_id)
+    a, b = _resolve(a, latest, with_trials, run_id, seeds), _resolve(b, latest, with_trials, run_id, seeds)
     if a == b:
         raise DiffInputError(f"diff needs two different models (or two versions of one): {model_a} and {model_b} "
                              f"are both {a}")
@@ -155,7 +157,8 @@ def compare_models(store: EvidenceStore, model_a: str | ModelRef, model_b: str |
              and (in_scope is None or s.scenario_id in in_scope)]
     scores = {(s.model_id, s.model_version, s.scenario_id): s for s in table}
     by_pair = bs.outcomes_by_pair(bs.trials(store, model_ids=[a.model_id, b.model_id], scenario_ids=scenario_ids,
-                                            model_versions=bs.ALL_VERSIONS, run_id=run_id, as_of=as_of))
+                                            model_versions=bs.ALL_VERSIONS, run_id=run_id, as_of=as_of,
+                                            seeds=seeds))
     ids = scenario_ids if scenario_ids is not None else sorted({s.scenario_id for s in table})
     drafts = [_compare(sid, scores.get((a.model_id, a.version, sid)), scores.get((b.model_id, b.version, sid)),
                        by_pair.get((a.model_id, a.version, sid), {}), by_pair.get((b.model_id, b.version, sid), {}))
@@ -175,7 +178,7 @@ def compare_models(store: EvidenceStore, model_a: str | ModelRef, model_b: str |
 
 def compare_with_previous(store: EvidenceStore, model_id: str, *, model_version: str | None = None,
                           version: int | None = None, alpha: float = DIFF_ALPHA, run_id: str | None = None,
-                          as_of: datetime | None = None) -> ModelDiff | None:
+                          as_of: datetime | None = None, seeds: bs.Seeds = None) -> ModelDiff | None:
     """``model_id`` at ``model_version`` (default: its latest) against its previous version that has
     trials on the scenarios of benchmark ``version`` (default: the latest), per scenario, as
     compare_models does. None when no earlier version has trials there (nothing to compare with)."""
@@ -185,13 +188,13 @@ def compare_with_previous(store: EvidenceStore, model_id: str, *, model_version:
         scenario_ids = bs.version_scenarios(store, version, run_id=run_id, as_of=as_of)
         target = model_version or bs.latest_model_versions(store, as_of=as_of).get(model_id)
         previous = bs.previous_model_version(store, model_id, version=target, scenario_ids=scenario_ids,
-                                             run_id=run_id, as_of=as_of)
+                                             run_id=run_id, as_of=as_of, seeds=seeds)
     except (bs.UnknownVersion, bs.UnknownModelVersion) as exc:
         raise DiffInputError(str(exc)) from exc
     if previous is None:
         return None
     return compare_models(store, ModelRef(model_id, previous.version), ModelRef(model_id, target), version=version,
-                          alpha=alpha, run_id=run_id, as_of=as_of)
+                          alpha=alpha, run_id=run_id, as_of=as_of, seeds=seeds)
 
 
 def _compare(scenario_id: str, a: bs.ModelScenarioScore | None, b: bs.ModelScenarioScore | None,

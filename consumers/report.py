@@ -77,7 +77,7 @@ class ReportData:
     heatmap_models: tuple[str, ...]
     heatmap: tuple[HeatmapRow, ...]
     versions: tuple[VersionReport, ...]
-    frontier: tuple[bs.Discrimination, ...]  # one per version (or one, before any promotion)
+    frontier: tuple[bs.Discrimination, ...]  # one per version (or one, before any promotion), held-out seeds
     current_saturation: tuple[bs.SaturationSignal, ...]
     failures: tuple[bs.FailureTypeCount, ...]
     timeline: tuple[bs.FailureBucket, ...]
@@ -92,6 +92,8 @@ class ReportData:
     scores: tuple[bs.ModelScenarioScore, ...] = field(default=())
     model_versions: dict[str, str] = field(default_factory=dict)  # the version each model is shown at
     not_yet_run: dict[str, str] = field(default_factory=dict)  # models whose latest version has no trials here
+    frontier_in_sample: tuple[bs.Discrimination, ...] = field(default=())  # the same on the selection seeds
+    pairs: tuple[bs.AdjacentPair, ...] = field(default=())  # the latest version's neighbours, held-out seeds
 
     @property
     def total_rollouts(self) -> int:
@@ -111,7 +113,12 @@ def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str
         where = f" for run {run_id!r}" if run_id else ""
         raise NothingToReport(f"no ended episode in the evidence log{where}: nothing to report yet "
                               "(`sepa-eval run` evaluates the models and fills it)")
+    # The heatmap shows every scenario with trials, candidates included: all seeds. Every figure
+    # about a benchmark version (frontier, discrimination, saturation) is read on held-out seeds
+    # (producers/seeds.py), with the frontier on the selection seeds beside it, labelled in-sample.
     table = bs.scores(store, model_versions=shown, run_id=run_id)
+    measured = bs.scores(store, model_versions=shown, run_id=run_id, seeds=bs.HELD_OUT)
+    in_sample = bs.scores(store, model_versions=shown, run_id=run_id, seeds=bs.SELECTION)
     latest = bs.latest_model_versions(store)
     registered = bs.models(store)
     judged = bs.ranked_of(registered)
@@ -122,7 +129,7 @@ def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str
     all_clusters = bs.clusters(store, run_id=run_id)
     cluster_by_id = {c.cluster_id: c for c in all_clusters}
     effects = bs.paired_effects(store, run_id=run_id)
-    version_reports = tuple(_version_report(v, made, table, judged, candidates, cluster_by_id, effects, ranking)
+    version_reports = tuple(_version_report(v, made, measured, judged, candidates, cluster_by_id, effects, ranking)
                             for v in versions)
     heatmap_models = _heatmap_models(registered, table)
     return ReportData(
@@ -130,8 +137,10 @@ def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str
         counts=bs.table_counts(store), models=tuple(registered), heatmap_models=heatmap_models,
         heatmap=_heatmap(table, heatmap_models, versions, candidates),
         versions=version_reports,
-        frontier=tuple(bs.frontier_of(versions, table, ranking, judged)),
-        current_saturation=tuple(bs.saturation_of(table, versions[-1].scenario_ids if versions else None, judged)),
+        frontier=tuple(bs.frontier_of(versions, measured, ranking, judged)),
+        frontier_in_sample=tuple(bs.frontier_of(versions, in_sample, ranking, judged)),
+        current_saturation=tuple(bs.saturation_of(measured, versions[-1].scenario_ids if versions else None,
+                                                  judged)),
         failures=tuple(bs.failure_types(store, run_id=run_id)),
         timeline=tuple(bs.failure_timeline(store, run_id=run_id)),
         clusters=tuple(all_clusters[:REPORT_MAX_CLUSTERS]), clusters_total=len(all_clusters),
@@ -140,7 +149,8 @@ def gather(store: EvidenceStore, *, run_id: str | None = None, ranking: list[str
         open_reviews=tuple(bs.open_reviews(store, run_id=run_id)),
         rollouts=tuple(bs.rollouts_spent(store, run_id=run_id)),
         quality=tuple(bs.execution_quality(store, model_versions=shown, run_id=run_id)), scores=tuple(table),
-        model_versions=shown, not_yet_run={m: latest[m] for m, v in shown.items() if latest.get(m, v) != v})
+        model_versions=shown, not_yet_run={m: latest[m] for m, v in shown.items() if latest.get(m, v) != v},
+        pairs=tuple(bs.adjacent_pairs(store, versions[-1].version, model_ids=judged)) if versions and judged else ())
 
 
 def _version_report(version: bs.BenchmarkVersion, made: list[bs.Decision], table: list[bs.ModelScenarioScore],

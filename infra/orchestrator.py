@@ -28,19 +28,20 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from consumers import benchmark_state as q
+from consumers.benchmark_state import refused_requests
 from consumers.evidence.store import EvidenceStore
 from infra import processes
-from infra.exceptions import NotRunning, RequestRefused, ReviewRefused, WaitTimeout
+from infra.exceptions import NotRunning, OutOfSpace, RequestRefused, ReviewRefused, WaitTimeout
 from infra.settings import Settings
+from producers.episode import HARNESS_TERMINATIONS
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request, sweep_request
+from producers.seeds import held_out_seeds, selection_seeds
 from producers.sim.models import ModelConfig
 from schemas.catalog import BY_NAME
 from schemas.events import make_event, stable_id
 
 POLL_S = 0.5
-# Terminations that are not the policy's failure: the clusterer does not take them in.
-NOT_CLUSTERED_TERMINATIONS = ("env_error", "aborted")
 # How many missing ids a timeout error quotes.
 QUOTED_IDS = 5
 
@@ -59,10 +60,7 @@ def still_coming(settings: Settings, store: EvidenceStore, requests: list[dict])
     topic = BY_NAME["rollout.requests"].full_name(settings.topic_prefix)
 
     def check() -> None:
-        for child in (processes.ROLLOUT, processes.PIPELINE):
-            if state.pid_of(child) is not None and not state.alive(child):
-                raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped; "
-                                 f"see {child.log(settings)}")
+        _require_alive(settings, state, (processes.ROLLOUT, processes.PIPELINE))
         refused = refused_requests(store, topic, [r["request_id"] for r in requests])
         if refused:
             raise RequestRefused("; ".join(f"the rollout worker refused {rid}: {reason}"
@@ -75,11 +73,23 @@ def still_running(settings: Settings) -> Check:
     state = processes.RunState.read(settings)
 
     def check() -> None:
-        for child in processes.CHILDREN:
-            if state.pid_of(child) is not None and not state.alive(child):
-                raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped; "
-                                 f"see {child.log(settings)}")
+        _require_alive(settings, state, processes.CHILDREN)
     return check
+
+
+def _require_alive(settings: Settings, state: processes.RunState, children) -> None:
+    """Raises NotRunning naming the first of ``children`` that `up` started and that has stopped,
+    and why when its log says (a full disk); OutOfSpace when the disk under the memory dir is full
+    while they all run (the sink retries a store that cannot write, and the waits would sit)."""
+    full = processes.out_of_space(settings)
+    if full:
+        raise OutOfSpace(f"{full}: the evidence store cannot take more events; free some space, then "
+                         "`sepa-eval up` and run again")
+    for child in children:
+        if state.pid_of(child) is not None and not state.alive(child):
+            why = processes.why_stopped(child, settings)
+            raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped"
+                             f"{': ' + why if why else ''}; see {child.log(settings)}")
 
 
 def register_models(publisher: Publisher, models: list[ModelConfig], producer: str = "sync-models") -> None:
@@ -115,11 +125,11 @@ def request_rollouts(publisher: Publisher, store: EvidenceStore, scenario: dict,
 
 
 def request_sweeps(publisher: Publisher, store: EvidenceStore, scenarios: list[dict], models: list[ModelConfig],
-                   sweep_seeds: int) -> list[dict]:
-    """The sweep of every model over every scenario on seeds 0..sweep_seeds-1 (sweep_request: one
-    request per model version and scenario, whoever asks). A request whose episodes have all ended
-    is not published again. Returns every request (published or not), scenarios first."""
-    seeds = list(range(sweep_seeds))
+                   seeds: list[int]) -> list[dict]:
+    """The sweep of every model over every scenario on ``seeds`` (selection or held-out seeds,
+    producers/seeds.py; sweep_request: one request per model version, scenario and seeds, whoever
+    asks). A request whose episodes have all ended is not published again. Returns every request
+    (published or not), scenarios first."""
     requests = [sweep_request(scenario, m.model_id, m.version, seeds) for scenario in scenarios for m in models]
     done = _ended_per_request(store, [r["request_id"] for r in requests])
     for request in requests:
@@ -244,7 +254,7 @@ def ended_episodes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[s
 
 def taken_in(success: bool, analysed: bool, termination: str, moments: int, fragile: bool) -> bool:
     """Whether the clusterer takes an analysed episode in (streams/failures/collector.py's rule)."""
-    return (not success or (fragile and moments > 0)) and analysed and termination not in NOT_CLUSTERED_TERMINATIONS
+    return (not success or (fragile and moments > 0)) and analysed and termination not in HARNESS_TERMINATIONS
 
 
 def settle_state(store: EvidenceStore, request_ids: list[str], fragile: bool = False) -> SettleState:
@@ -279,13 +289,6 @@ def episode_outcomes(store: EvidenceStore, request_ids: list[str]) -> list[tuple
     return [(int(seed), e, t, int(n), bool(ok)) for seed, e, t, n, ok in rows]
 
 
-def refused_requests(store: EvidenceStore, requests_topic: str, request_ids: list[str]) -> dict[str, str]:
-    """request_id -> reason, for requests a rollout worker dead-lettered (their episodes never come)."""
-    rows = store.query("SELECT original, reason FROM {database}.dead_letters FINAL WHERE source_topic = {topic:String}",
-                       {"topic": requests_topic}, column_formats={"original": "bytes"})
-    return {rid: reason for original, reason in rows for rid in request_ids if rid.encode() in original}
-
-
 def _ended_per_request(store: EvidenceStore, request_ids: list[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for request_id, _ in ended_episodes(store, request_ids):
@@ -306,7 +309,8 @@ def _quote(ids: list[str]) -> str:
 # (scenario, model version, seeds) already swept is not run again), wait until every sweep episode is
 # analysed and every failure clustered, open the cycle (CycleStarted, naming the clusterer's log
 # position the mutator seeds from), wait for the mutator's answer and for the gate's decision on
-# every candidate it proposed (the critics validate them meanwhile), then report the cycle. The
+# every candidate it proposed (the critics validate them meanwhile), measure the benchmark it left on
+# held-out seeds (producers/seeds.py: nothing chose on them) and report the cycle on those. The
 # first cycle of an empty log first promotes the base scenarios (through the gate, as candidates
 # of generator "base").
 
@@ -315,6 +319,8 @@ ORCHESTRATOR = "orchestrator"
 # Decisions the gate leaves a candidate in that end a cycle's wait (a deferred candidate is re-tried
 # by the gate later; one in review waits for a person).
 CYCLE_SETTLED = ("promoted", "rejected", "deferred", "review", "approved", "retired")
+# How long a command waits for one stage (a sweep's episodes, the gate's decisions) by default.
+STAGE_TIMEOUT_S = 1800.0
 # After the last candidate is decided, the log is read again once it has been quiet this long, so
 # retirements the gate published with the promotions are in.
 QUIET_S = 2.0
@@ -325,18 +331,19 @@ class EvolveConfig:
     run_id: str
     cycles: int = 2
     sweep_seeds: int = 20  # seeds 0..n-1 per model x active scenario; the critics' control arm reuses them
+    measure_seeds: int = 20  # held-out seeds per model x active scenario (producers/seeds.py): the scores shown
     max_candidates: int = 4  # per cycle
     generator: str = "failure-guided"  # or "blind" (the baseline arm)
     seed: int = 0
     base: tuple[dict, ...] = ()  # ScenarioSpec records of the base benchmark (promoted when nothing is)
-    stage_timeout_s: float = 1800.0  # each wait of a cycle gives up after this long
+    stage_timeout_s: float = STAGE_TIMEOUT_S  # each wait of a cycle gives up after this long
     fragile: bool = True  # the clusterer takes in fragile successes (Settings.cluster_fragile_successes)
     rollout_budget: int | None = None  # no new cycle starts once the log holds this many episodes
 
     def __post_init__(self) -> None:
         if self.generator not in ("failure-guided", "blind"):
             raise ValueError(f"EvolveConfig.generator must be failure-guided or blind, got {self.generator!r}")
-        for name in ("cycles", "sweep_seeds", "max_candidates"):
+        for name in ("cycles", "sweep_seeds", "measure_seeds", "max_candidates"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"EvolveConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
 
@@ -352,9 +359,11 @@ class CycleReport:
     decided: dict  # candidate status -> count (promoted, rejected, deferred, review)
     promoted: tuple[str, ...]
     retired: tuple[str, ...]
-    scores: tuple  # ModelScore of the benchmark after the cycle (pooled over its scenarios)
-    rollouts: int  # episodes run during the cycle (sweeps and validation)
+    scores: tuple  # ModelScore of the benchmark after the cycle (pooled over its scenarios), held-out seeds
+    rollouts: int  # episodes run during the cycle (sweeps, validation and measurement)
     seconds: float
+    in_sample: tuple = ()  # the same on the selection seeds: biased (they chose the scenarios), for contrast
+    pairs: tuple = ()  # AdjacentPair per neighbours in the held-out order: which the benchmark separates
 
 
 def base_candidate(scenario: dict, run_id: str) -> dict:
@@ -400,7 +409,10 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
     benchmark = q.active_benchmark(store)
     version = benchmark.version
     requests = request_sweeps(publisher, store, [dict(a.spec) for a in benchmark.scenarios], models,
-                              config.sweep_seeds)
+                              selection_seeds(config.sweep_seeds))
+    # the version as it stands is measured meanwhile (a no-op when the last cycle measured it)
+    measures = request_sweeps(publisher, store, [dict(a.spec) for a in benchmark.scenarios], models,
+                              held_out_seeds(config.measure_seeds))
     on_event("sweep", {"version": version, "scenarios": len(benchmark.scenarios), "requests": len(requests)})
     deadline = deadline_in(config.stage_timeout_s)
     wait_for_episodes(store, requests, deadline, check=check)
@@ -408,13 +420,13 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
     on_event("settled", settled)
 
     cycle_id = f"{config.run_id}-c{k}"
-    position = q.cluster_log_length(store)
-    publisher.publish(make_event(
-        "CycleStarted", (cycle_id,), ORCHESTRATOR, config.run_id, cycle_id=cycle_id, cycle=k,
-        benchmark_version=version, clusters_position=position, generator=config.generator,
-        max_candidates=config.max_candidates, seed=int(stable_id("cycle", config.seed, k)[:12], 16),
-        models=[m.model_id for m in models]))
-    publisher.flush()
+    started_event = cycle_started(store, config, k, version, models)
+    if started_event is None:
+        position = next(c.clusters_position for c in q.cycles(store) if c.cycle_id == cycle_id)
+    else:
+        publisher.publish(started_event)
+        publisher.flush()
+        position = started_event["clusters_position"]
     on_event("cycle", {"cycle_id": cycle_id, "clusters_position": position})
 
     def answer():
@@ -432,21 +444,63 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
     _wait(lambda: not pending(), config.stage_timeout_s, check,
           lambda: f"cycle {cycle_id}: the gate has not decided {', '.join(pending())} (their verdicts: "
                   f"{_verdicts_of(store, pending())})")
+
+    def judging():  # the gate may decide before the last verdict (the semantic one, when not required)
+        return [c.scenario_id for c in q.candidates(store, cycle_id=cycle_id)
+                if c.scenario_id in generated.proposed and not critics_finished(c.verdicts)]
+
+    _wait(lambda: not judging(), config.stage_timeout_s, check,
+          lambda: f"cycle {cycle_id}: the critics have not finished with {', '.join(judging())} (their verdicts: "
+                  f"{_verdicts_of(store, judging())})")
     _wait_quiet(store)
     candidates = q.candidates(store, cycle_id=cycle_id)
     decided: dict[str, int] = {}
     for c in candidates:
         decided[c.status] = decided.get(c.status, 0) + 1
     after = q.active_benchmark(store)
+    # what the cycle made, measured on seeds that chose none of it
+    measures += request_sweeps(publisher, store, [dict(a.spec) for a in after.scenarios], models,
+                               held_out_seeds(config.measure_seeds))
+    on_event("measure", {"version": after.version, "requests": len({r["request_id"] for r in measures})})
+    wait_for_episodes(store, measures, deadline_in(config.stage_timeout_s), check=check)
     made = [v for v in q.benchmark_versions(store) if v.version > version]
     report = CycleReport(
         cycle=k, cycle_id=cycle_id, version_before=version, version_after=after.version,
         proposed=generated.proposed, infeasible=generated.infeasible, decided=decided,
         promoted=tuple(s for v in made for s in v.promoted), retired=tuple(s for v in made for s in v.retired),
-        scores=tuple(q.pooled_scores(q.scores(store, version=after.version))),
+        scores=tuple(q.pooled_scores(q.scores(store, version=after.version, seeds=q.HELD_OUT))),
+        in_sample=tuple(q.pooled_scores(q.scores(store, version=after.version, seeds=q.SELECTION))),
+        pairs=tuple(q.adjacent_pairs(store, after.version, model_ids=[m.model_id for m in models
+                                                                       if m.kind != q.ORACLE_KIND])),
         rollouts=_episodes_spent(store) - spent_before, seconds=time.monotonic() - started)
     on_event("decided", report)
     return report
+
+
+def cycle_started(store: EvidenceStore, config: EvolveConfig, k: int, version: int,
+                  models: list[ModelConfig]) -> dict | None:
+    """The CycleStarted of cycle k, or None when the log holds it already (a rerun after a crash):
+    the cycle goes on from the position it started at, since the clusters log has grown since and a
+    new position would be a different event under the same id."""
+    cycle_id = f"{config.run_id}-c{k}"
+    if any(c.cycle_id == cycle_id for c in q.cycles(store)):
+        return None
+    return make_event(
+        "CycleStarted", (cycle_id,), ORCHESTRATOR, config.run_id, cycle_id=cycle_id, cycle=k,
+        benchmark_version=version, clusters_position=q.cluster_log_length(store), generator=config.generator,
+        max_candidates=config.max_candidates, seed=int(stable_id("cycle", config.seed, k)[:12], 16),
+        models=[m.model_id for m in models])
+
+
+def critics_finished(verdicts) -> bool:
+    """Whether the critics published every verdict they will for a candidate (consumers/critics/
+    worker.py): robustness, and unless it rejected, safety and semantic. A cycle ends only then, so
+    what two runs of one seed hold does not depend on how soon the last verdict landed."""
+    by_critic = {v.critic: v for v in verdicts}
+    robustness = by_critic.get("robustness")
+    if robustness is None:
+        return False
+    return robustness.passed is False or {"safety", "semantic"} <= set(by_critic)
 
 
 def _episodes_spent(store: EvidenceStore) -> int:

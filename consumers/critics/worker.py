@@ -47,13 +47,16 @@ from consumers.critics.semantic import CRITIC as SEMANTIC
 from consumers.critics.semantic import SemanticConfig, SemanticJudge, SemanticVerdict
 from consumers.critics.sequential import ACCEPT, CONTINUE, PASSED, REJECT, SequentialConfig, decide
 from consumers.evidence.store import EvidenceStore
+from producers.commits import commit
 from producers.publisher import Publisher
+from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from schemas.events import dead_letter, make_event, stable_id
 from schemas.exceptions import SchemaError
 
 log = logging.getLogger(__name__)
 CONSUMER = "critics"
+CANDIDATES = BY_NAME["scenarios.candidates"]  # decoded against it: the same reasons as the sink's
 GROUP_ID = "sepa-critics"
 ROBUSTNESS, SAFETY = "robustness", "safety"
 ORACLE_KIND = "oracle"
@@ -67,6 +70,11 @@ class CriticsConfig:
     oracle_keyframe_every: int = 40  # the oracle's candidate rollouts render a keyframe this often (steps)
     poll_interval_s: float = 1.0  # how often pending candidates are looked at again, s
     run_id: str = "critics"
+    # The model ids the rollout workers serve (their registry file's), given at the edge; a model
+    # registered in the log but not served (a stray ModelRegistered) is left out of validation with
+    # a warning, since its rollouts would be refused and the candidate would wait forever. None:
+    # every registered model.
+    served_models: frozenset[str] | None = None
 
 
 @dataclass
@@ -108,6 +116,7 @@ class CriticsWorker:
         self.judge = judge
         self.pending: OrderedDict[str, _Pending] = OrderedDict()  # by scenario id, in arrival order
         self.stats = {"candidates": 0, "verdicts": 0, "requests": 0, "dead_letters": 0}
+        self._warned: set[str] = set()  # registered models not served, warned about once
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -142,7 +151,7 @@ class CriticsWorker:
 
     def _take(self, msg) -> None:
         try:
-            event = self.codec.decode(msg.value())
+            event = self.codec.decode(msg.value(), CANDIDATES)
         except SchemaError as exc:
             _, ts = msg.timestamp()
             self.publisher.publish(dead_letter(CONSUMER, self.config.run_id, msg.topic(), msg.partition(),
@@ -184,16 +193,28 @@ class CriticsWorker:
                     if p.offset < upto:
                         self.pending.pop(p.event.get("scenario_id", f"~dead@{tp[1]}:{p.offset}"), None)
         if offsets:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
+            commit(self.consumer, offsets)
 
     # -- one candidate ----------------------------------------------------------------------
+
+    def _served(self, registered: list) -> list:
+        """The registered models a rollout worker serves (all of them without served_models)."""
+        served = self.config.served_models
+        if served is None:
+            return registered
+        for m in registered:
+            if m.model_id not in served and m.model_id not in self._warned:
+                self._warned.add(m.model_id)
+                log.warning("model %s %s is registered but no rollout worker serves it (not in its registry file): "
+                            "left out of validation", m.model_id, m.version)
+        return [m for m in registered if m.model_id in served]
 
     def advance(self, p: _Pending) -> bool:
         """One step of the critics for a candidate; True once every verdict it needs is published."""
         candidate = p.event
         sid = candidate["scenario_id"]
         have = {v.critic: v for v in q.verdicts(self.store, scenario_ids=[sid])}
-        registered = q.models(self.store)
+        registered = self._served(q.models(self.store))
         oracles = [m.model_id for m in registered if m.kind == ORACLE_KIND]
         ranked = [m.model_id for m in registered if m.kind != ORACLE_KIND]
         if not oracles or not ranked:
@@ -221,7 +242,7 @@ class CriticsWorker:
         # What is in flight is read before what has ended: a seed whose episode ends in between is
         # then in flight and ended, never neither (which would ask for it again).
         flying = self._in_flight(p, [sid, parent_id], [oracle, *ranked])
-        trials = q.trials(self.store, model_ids=[oracle, *ranked], scenario_ids=[sid, parent_id])
+        trials = q.trials(self.store, model_ids=[oracle, *ranked], scenario_ids=[sid, parent_id], seeds=q.SELECTION)
         outcome = {(t.scenario_id, t.model_id, t.seed): t for t in trials if t.valid and t.seed is not None}
         cfg = self.config.sequential
         n = 0
@@ -298,7 +319,7 @@ class CriticsWorker:
 
     def _oracle_episodes(self, candidate: dict, oracle: str) -> list:
         sid = candidate["scenario_id"]
-        return [t for t in q.trials(self.store, model_ids=[oracle], scenario_ids=[sid]) if t.valid]
+        return [t for t in q.trials(self.store, model_ids=[oracle], scenario_ids=[sid], seeds=q.SELECTION) if t.valid]
 
     def _safety(self, p: _Pending, oracle: str, ranked: list[str]) -> bool:
         episodes = self._oracle_episodes(p.event, oracle)

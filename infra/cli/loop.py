@@ -8,11 +8,11 @@ from contextlib import nullcontext
 import typer
 from rich.table import Table
 
-from consumers.benchmark_state import derived_state, open_reviews, state_digest
+from consumers.benchmark_state import content_digest, derived_state, open_reviews, state_digest
 from consumers.evidence.exceptions import EvidenceError
 from consumers.report import write_report
 from infra import orchestrator, processes
-from infra.cli import app, codec_of, console, fail, make_publisher, settings_of
+from infra.cli import app, codec_of, console, fail, make_publisher, republished_line, settings_of
 from infra.exceptions import InfraError, WaitTimeout
 from producers.exceptions import ProducerError
 from streams.exceptions import ConfigError
@@ -25,6 +25,9 @@ def run(ctx: typer.Context,
         cycles: int = typer.Option(2, min=1, help="evolution cycles"),
         sweep_seeds: int | None = typer.Option(
             None, min=1, help="seeds per model x active scenario in each sweep (default: the sweep_seeds setting)"),
+        measure_seeds: int | None = typer.Option(
+            None, min=1, help="held-out seeds per model x active scenario that the scores are read on (default: "
+                              "as many as --sweep-seeds)"),
         max_candidates: int = typer.Option(4, min=1, help="candidates the mutator may propose per cycle"),
         generator: str = typer.Option("failure-guided", help="failure-guided, or blind (the baseline arm)"),
         env: str = typer.Option("Lift", help="the base benchmark's task(s), comma-separated"),
@@ -35,7 +38,7 @@ def run(ctx: typer.Context,
                                                     "comma-separated (default: every task of the suite)"),
         seed: int = typer.Option(0, help="seeds every cycle's mutations"),
         run_id: str | None = typer.Option(None, help="default: run-<seed>"),
-        timeout: float = typer.Option(1800.0, help="seconds each stage of a cycle may take")):
+        timeout: float = typer.Option(orchestrator.STAGE_TIMEOUT_S, help="seconds each stage of a cycle may take")):
     """The living benchmark on the embedded default: start everything, register the models, then per
     cycle sweep them over the active benchmark, mine the failures, generate candidates, validate them
     and promote the good ones; print each cycle and write the report of the finished state."""
@@ -44,7 +47,7 @@ def run(ctx: typer.Context,
 
     settings = settings_of(ctx)
     try:
-        models = load_models(settings.models_file) if settings.models_file else load_models()
+        models = load_models(settings.models_file)
         if benchmark == "libero":
             base = libero_base(suite, tasks)
         elif benchmark == "robosuite":
@@ -54,11 +57,14 @@ def run(ctx: typer.Context,
             raise ValueError(f"--benchmark must be robosuite or libero, got {benchmark!r}")
         config = orchestrator.EvolveConfig(run_id=run_id or f"run-{seed}", cycles=cycles,
                                            sweep_seeds=sweep_seeds or settings.sweep_seeds,
+                                           measure_seeds=measure_seeds or sweep_seeds or settings.sweep_seeds,
                                            max_candidates=max_candidates, generator=generator, seed=seed, base=base,
                                            stage_timeout_s=timeout, fragile=settings.cluster_fragile_successes)
-        result = processes.up(settings)
+        result = processes.up(settings, codec_of(ctx))
         if result.started:
             console.print(f"started {', '.join(result.started)}")
+        if result.republished:
+            console.print(republished_line(result.republished))
         bootstrap = processes.require_bootstrap(settings)
         store = processes.open_store(settings)
         publisher = make_publisher(settings, bootstrap, codec_of(ctx))
@@ -67,7 +73,7 @@ def run(ctx: typer.Context,
             reports = orchestrator.evolve(store, publisher, models, config,
                                           on_event=lambda kind, value: _show(kind, value, status),
                                           check=orchestrator.still_running(settings))
-        state = derived_state(store)
+        state, content = derived_state(store), content_digest(store)
         files = write_report(store, settings.memory_dir, settings.memory_dir / "keyframes")
         reviews = open_reviews(store)
     except (InfraError, EvidenceError, ProducerError, ConfigError, ValueError, OSError) as exc:
@@ -78,6 +84,9 @@ def run(ctx: typer.Context,
     seconds = sum(r.seconds for r in reports)
     console.print(f"{len(reports)} cycles, {total} rollouts, {seconds:.0f} s; benchmark v{reports[-1].version_after}; "
                   f"wrote {files.markdown} and {files.html}")
+    # content: what was decided and measured, no times (to compare two runs of one seed by);
+    # state: the whole log's (event times included), what `replay --verify` rebuilds
+    console.print(f"content digest {content}")
     console.print(f"state digest {state_digest(state)}")
     if reviews:  # the gate asked a person: say how to answer
         console.print(f"{len(reviews)} candidate(s) awaiting review: `sepa-eval review list`, then "
@@ -104,6 +113,7 @@ def _show(kind: str, value, status) -> None:
                              f"{v.clustered} of them clustered",
         "cycle": lambda v: f"cycle {v['cycle_id']} opened at clusterer position {v['clusters_position']}",
         "generated": lambda v: f"{len(v.proposed)} candidates proposed ({v.infeasible} infeasible); validating",
+        "measure": lambda v: f"measuring benchmark v{v['version']} on held-out seeds ({v['requests']} requests)",
     }
     if kind in lines:
         if status is not None:
@@ -120,11 +130,22 @@ def _print_cycle(r) -> None:
                   f"promoted {', '.join(r.promoted) or 'none'}; retired {', '.join(r.retired) or 'none'}; "
                   f"benchmark v{r.version_before} -> v{r.version_after}; {r.rollouts} rollouts, {r.seconds:.0f} s",
                   soft_wrap=True, highlight=False)
-    table = Table("model", "success", "95% CI", "episodes", title=f"benchmark v{r.version_after}")
-    for s in sorted(r.scores, key=lambda s: -s.success_rate):
+    # held-out seeds chose nothing; the selection seeds' rate is shown beside it because the gap is
+    # the selection bias (a scenario was promoted because a model failed on those very seeds)
+    in_sample = {s.model_id: s for s in r.in_sample}
+    table = Table("model", "held-out success", "95% CI", "episodes", "in-sample",
+                  title=f"benchmark v{r.version_after}, held-out seeds")
+    for s in sorted(r.scores, key=lambda s: (-s.success_rate, s.model_id)):
         lo, hi = s.interval
-        table.add_row(s.model_id, f"{s.success_rate:.2f}", f"[{lo:.2f}, {hi:.2f}]", str(s.episodes))
+        biased = in_sample.get(s.model_id)
+        table.add_row(s.model_id, f"{s.success_rate:.2f}", f"[{lo:.2f}, {hi:.2f}]", str(s.episodes),
+                      f"{biased.success_rate:.2f}" if biased else "-")
     console.print(table)
+    if r.pairs:
+        told = "; ".join(f"{p.better} {'>' if p.separated else '~'} {p.worse} (Holm p={p.holm_p:.2g})" for p in r.pairs)
+        console.print(f"adjacent models in held-out order, ties by name (paired exact McNemar, Holm): {told}; "
+                      f"{sum(p.separated for p in r.pairs)} of {len(r.pairs)} separated", soft_wrap=True,
+                      highlight=False)
 
 
 @app.command()
@@ -140,6 +161,7 @@ def critics(ctx: typer.Context):
     from consumers.critics.worker import GROUP_ID, CriticsConfig, CriticsWorker
     from infra.kafka_clients import consumer_config, make_producer
     from producers.publisher import Publisher
+    from producers.sim.models import load_models
 
     settings = settings_of(ctx)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -147,12 +169,15 @@ def critics(ctx: typer.Context):
         bootstrap = processes.require_bootstrap(settings)
         store = processes.open_store(settings)
         judge, semantic = critics_judge(settings)
-    except (InfraError, EvidenceError, ConfigError) as exc:
+        # the models the rollout workers serve: their registry file's (a stray registration is left out)
+        served = frozenset(m.model_id for m in load_models(settings.models_file))
+    except (InfraError, EvidenceError, ConfigError, ValueError) as exc:
         fail(exc)
     codec = codec_of(ctx)
     worker = CriticsWorker(Consumer(consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms)),
                            Publisher(make_producer(bootstrap), settings.topic_prefix, codec), store, codec,
-                           CriticsConfig(semantic=semantic), settings.topic_prefix, judge=judge)
+                           CriticsConfig(semantic=semantic, served_models=served), settings.topic_prefix,
+                           judge=judge)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

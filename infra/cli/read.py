@@ -26,6 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from consumers import benchmark_state as bs
 from consumers.diff import DiffInputError, ModelRef, as_dict, compare_models, rows
 from consumers.evidence.exceptions import EvidenceError, StoreUnavailable
 from consumers.evidence.store import EvidenceStore
@@ -92,6 +93,8 @@ def diff(ctx: typer.Context, model_a: Annotated[str, typer.Argument(
          fail_on_regression: Annotated[bool, typer.Option(
              "--fail-on-regression", help="exit 1 when B regresses significantly on any scenario")] = False,
          run_id: Annotated[str | None, typer.Option("--run", help="only this run's episodes")] = None,
+         seeds: Annotated[str, typer.Option(help="held-out (the seeds the loop measures on), selection (the "
+                                                 "seeds that chose the scenarios: biased) or all")] = "held-out",
          as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False):
     """Per scenario: both success rates with 95% intervals, the paired difference on shared seeds
     (exact McNemar), and a verdict after Holm's correction over the scenarios. Two versions of one
@@ -99,7 +102,10 @@ def diff(ctx: typer.Context, model_a: Annotated[str, typer.Argument(
     settings = settings_of(ctx)
     try:
         a, b = ModelRef.parse(model_a), ModelRef.parse(model_b)
-        result = compare_models(open_existing_store(settings), a, b, version=version, run_id=run_id)
+        if seeds not in (bs.HELD_OUT, bs.SELECTION, "all"):
+            raise DiffInputError(f"--seeds must be {bs.HELD_OUT}, {bs.SELECTION} or all, got {seeds!r}")
+        result = compare_models(open_existing_store(settings), a, b, version=version, run_id=run_id,
+                                seeds=None if seeds == "all" else seeds)
     except DiffInputError as exc:
         err.print(f"error: {exc}")
         raise typer.Exit(2) from exc

@@ -37,6 +37,7 @@ from infra.cli.events import require_pipeline, require_rollout_worker
 from infra.cli.read import DIFF_TABLE_WIDTH, open_existing_store
 from infra.exceptions import GateBusy, InfraError, ReviewRefused, WaitTimeout
 from producers.exceptions import ProducerError
+from producers.seeds import held_out_seeds
 from schemas.events import utc_now
 from streams.exceptions import ConfigError
 
@@ -196,19 +197,22 @@ def promote(ctx: typer.Context,
 @app.command("eval")
 def eval_(ctx: typer.Context,
           model: Annotated[str, typer.Option(help="a model_id from the registry file, at its version there")],
-          seeds: Annotated[int | None, typer.Option(min=1, help="seeds 0..N-1 per scenario (default: the "
-                                                                "sweep_seeds setting, 20)")] = None,
+          seeds: Annotated[int | None, typer.Option(min=1, help="N held-out seeds per scenario, the ones the "
+                                                                "loop measures on (default: the sweep_seeds "
+                                                                "setting, 20)")] = None,
           ci: Annotated[bool, typer.Option("--ci", help="exit 1 on a significant regression against the "
                                                         "model's previous version")] = False,
-          timeout: Annotated[float, typer.Option(help="seconds to wait for the episodes")] = 1800.0):
-    """One model over the active benchmark: sweep it (the sweeps the loop and the streams worker ask
-    for: what ran already is not run again), print success per scenario with 95% Wilson intervals;
-    with --ci, compare with its previous version on the same benchmark version, paired on seeds."""
+          timeout: Annotated[float, typer.Option(help="seconds to wait for the episodes")] =
+          orchestrator.STAGE_TIMEOUT_S):
+    """One model over the active benchmark on held-out seeds (the loop's measurement sweeps: what ran
+    already is not run again; no seed of them chose a scenario), print success per scenario with 95%
+    Wilson intervals; with --ci, compare with its previous version on the same benchmark version,
+    paired on those seeds."""
     from producers.sim.models import load_models
 
     settings = settings_of(ctx)
     try:
-        models = load_models(settings.models_file) if settings.models_file else load_models()
+        models = load_models(settings.models_file)
         orchestrator.check_models([model], models)
     except (ValueError, OSError) as exc:
         bad_input(exc)
@@ -225,7 +229,7 @@ def eval_(ctx: typer.Context,
         publisher = make_publisher(settings, bootstrap, codec_of(ctx))
         orchestrator.register_models(publisher, [config])  # the log knows the version evaluated
         requests = orchestrator.request_sweeps(publisher, store, [dict(a.spec) for a in benchmark.scenarios],
-                                               [config], seeds or settings.sweep_seeds)
+                                               [config], held_out_seeds(seeds or settings.sweep_seeds))
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task(f"{config.model_id}@{config.version} on benchmark v{benchmark.version}",
@@ -234,11 +238,12 @@ def eval_(ctx: typer.Context,
                                            progress=lambda done, total: bar.update(task, completed=done),
                                            check=orchestrator.still_coming(settings, store, requests))
         pinned = {config.model_id: config.version}
-        table = q.scores(store, version=benchmark.version, model_ids=[config.model_id], model_versions=pinned)
+        table = q.scores(store, version=benchmark.version, model_ids=[config.model_id], model_versions=pinned,
+                         seeds=q.HELD_OUT)
         comparison = None
         if ci:
             comparison = compare_with_previous(store, config.model_id, model_version=config.version,
-                                               version=benchmark.version)
+                                               version=benchmark.version, seeds=q.HELD_OUT)
     except DiffInputError as exc:
         bad_input(exc)
     except WaitTimeout as exc:

@@ -10,7 +10,8 @@ Input: failures.episodes carries one EpisodeAnalysed per ended episode, on one p
 clusterer sees every episode once it is decided, in one order. A *failed* episode (success false,
 analysed, termination not in ``skip_terminations``), and a *fragile success* (a success with
 failure moments, recovered or not; ``fragile_successes``), is embedded from its moments, quality
-and scenario and taken in at once; anything else is counted and passed over; an episode already taken
+and scenario and taken in at once; anything else (and any episode on a held-out seed, producers/seeds.py:
+measurement never chooses) is counted and passed over; an episode already taken
 in (a re-delivery, or input re-read after a restart) is skipped. An episode that cannot be
 embedded (a failure type this version does not know) is dead-lettered with the reason.
 
@@ -35,6 +36,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from producers.episode import HARNESS_TERMINATIONS
+from producers.seeds import is_held_out
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from schemas.exceptions import SchemaError
@@ -52,7 +55,7 @@ OUTPUT_TOPIC = "failures.clusters"
 
 @dataclass(frozen=True, kw_only=True)
 class CollectorConfig:
-    skip_terminations: tuple[str, ...] = ("env_error", "aborted")  # not policy failures: not clustered
+    skip_terminations: tuple[str, ...] = HARNESS_TERMINATIONS  # not policy failures: not clustered
     # A success with failure moments (a miss it recovered from, a collision on the way) is a fragile
     # win: binary success hides it, and at a saturated benchmark it is most of what there is to mine.
     # Off here (the clusterer of failures); the product turns it on (infra/streams_worker.py).
@@ -237,6 +240,8 @@ class ClusterStage:
             return "not_analysed"
         if event["termination"] in self.config.skip_terminations:
             return "skipped_terminations"
+        if is_held_out(event.get("seed")):
+            return "held_out"  # a measurement episode: clustering it would let it choose scenarios
         return None
 
     def take_in(self, clusterer: OnlineFailureClusterer, event: dict) -> list[dict]:

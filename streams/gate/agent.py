@@ -1,12 +1,13 @@
 """The promotion gate in the streams worker: reads the log, decides, publishes, one worker at a time.
 
-    register_gate(app, outputs, GateRunner(store_factory, codec, GateConfig(...)), tick_interval_s=1.0)
+    register_gate(app, decisions, verdicts, outputs, GateRunner(store_factory, codec, PromotionGate(...)), 1.0, prefix)
 
 Which worker decides: the one that holds the single partition of benchmark.decisions (the gate's
 own output topic, which also carries reviewers' ReviewDecided). A second worker in the group gets
 no partition and stands by; when the first dies, Kafka hands the partition over and the standby
 decides from the same log. The agent on that topic only wakes the gate (a review arrived); the
-timer runs the gate every ``tick_interval_s`` while this worker holds the partition.
+timer runs the gate every ``tick_interval_s`` while this worker holds the partition. A second
+agent checks that each CriticVerdict judges a scenario the log knows, and dead-letters it if not.
 
 Each tick (in an executor: the store is blocking I/O): build GateState from the evidence log
 (consumers.benchmark_state), ask PromotionGate for the decisions it calls for, publish them, and
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
@@ -32,11 +34,18 @@ from consumers.evidence.store import EvidenceStore
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from schemas.events import utc_now
-from streams.deadletter import Outgoing
+from streams.deadletter import Intake, Outgoing, RawMessage
+from streams.failures.agents import register_blocking_agent
 from streams.gate.gate import ActiveScenario, Candidate, GateState, PromotionGate, Review, Verdict
 
 log = logging.getLogger("sepa.streams.gate")
 OUTPUT_TOPIC = "benchmark.decisions"
+VERDICTS_TOPIC = "critics.verdicts"
+CONSUMER = "promotion-gate"
+# A critic publishes its verdict after reading the CandidateProposed off the topic, so the sink may
+# store the verdict first: a verdict's candidate gets this long to show in the log before the verdict
+# is called a reference to nothing.
+REFERENCE_GRACE_S = 30.0
 
 
 def gate_state(store: EvidenceStore) -> GateState:
@@ -68,7 +77,7 @@ def gate_state(store: EvidenceStore) -> GateState:
             reviews[d.scenario_id] = Review(d.approved, d.reviewer, d.note, d.event_id, d.event_time)
     registered = tuple(m.model_id for m in q.models(store))
     success = {(s.scenario_id, s.model_id): (s.successes, s.episodes)
-               for s in q.scores(store, model_ids=registered or None) if s.scenario_id in active}
+               for s in q.scores(store, model_ids=registered or None, seeds=q.SELECTION) if s.scenario_id in active}
     return GateState(version=benchmark.version if benchmark else 0, candidates=candidates, verdicts=verdicts,
                      decisions=decided, deferred_reasons=deferred, reviews=reviews, active=active, models=registered,
                      success=success, promoted_at=promoted_at)
@@ -86,17 +95,55 @@ class GateRunner:
     """One gate tick at a time, and the ids of its last decisions until the log shows them."""
 
     def __init__(self, store_factory: Callable[[], EvidenceStore], codec: Codec, gate: PromotionGate,
-                 clock: Callable[[], datetime] = utc_now):
+                 clock: Callable[[], datetime] = utc_now, topic_prefix: str = "sepa.", run_id: str = "gate",
+                 reference_grace_s: float = REFERENCE_GRACE_S):
         self.store_factory = store_factory
         self.codec = codec
         self.gate = gate
         self.clock = clock
+        self.reference_grace_s = reference_grace_s
         self.awaiting: set[str] = set()
         self.stats = {"ticks": 0, "decisions": 0}
+        sources = (BY_NAME[OUTPUT_TOPIC], BY_NAME[VERDICTS_TOPIC])
+        self.intake = Intake(codec, CONSUMER, run_id, {s.full_name(topic_prefix): s for s in sources})
 
     @cached_property
     def store(self) -> EvidenceStore:  # opened on the first message, in the worker's thread
         return self.store_factory()
+
+    def on_decision(self, raw: RawMessage) -> list[Outgoing]:
+        """A message on benchmark.decisions: the gate's own decisions pass; a ReviewDecided must
+        answer a ReviewRequested the log holds (`sepa-eval review` checks that before publishing),
+        otherwise it is dead-lettered with the reason (the gate never acts on it: it reads reviews
+        of candidates in review only)."""
+        event, dead = self.intake.admit(raw)
+        if dead is not None:
+            return [dead]
+        if event["envelope"]["event_type"] != "ReviewDecided":
+            return []
+        scenario_id = event["scenario_id"]
+        if q.decisions(self.store, scenario_ids=[scenario_id], event_types=("ReviewRequested",)):
+            return []
+        return [self.intake.refuse(raw, f"ReviewDecided {event['envelope']['event_id']}: no review of "
+                                        f"{scenario_id!r} was requested (no ReviewRequested for it in the "
+                                        "evidence log)")]
+
+    def on_verdict(self, raw: RawMessage) -> list[Outgoing]:
+        """A CriticVerdict must judge a scenario the log has proposed (or run, or promoted): the gate
+        reads verdicts through their candidates only, so a verdict about nothing would sit in the log
+        unexplained. Refused with the reason once the grace for the sink to store its candidate is over."""
+        event, dead = self.intake.admit(raw)
+        if dead is not None:
+            return [dead]
+        scenario_id = event["scenario_id"]
+        deadline = time.monotonic() + self.reference_grace_s
+        while q.scenario_spec(self.store, scenario_id) is None:
+            if time.monotonic() >= deadline:
+                return [self.intake.refuse(raw, f"CriticVerdict {event['envelope']['event_id']} ({event['critic']}): "
+                                                f"no scenario {scenario_id!r} in the evidence log (no candidate, "
+                                                f"promotion or rollout of it after {self.reference_grace_s:g} s)")]
+            time.sleep(0.5)
+        return []
 
     def tick(self) -> list[Outgoing]:
         """The decisions to publish now (none while the last ones are not in the log yet)."""
@@ -114,15 +161,16 @@ class GateRunner:
         return [Outgoing(OUTPUT_TOPIC, e["scenario_id"].encode(), self.codec.encode(e)) for e in events]
 
 
-def register_gate(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
-                  runner: GateRunner, tick_interval_s: float, prefix: str) -> None:
+def register_gate(app: faust.App, source: faust.types.TopicT, verdicts: faust.types.TopicT,
+                  outputs: dict[str, faust.types.TopicT], runner: GateRunner, tick_interval_s: float,
+                  prefix: str) -> None:
     owned = TP(BY_NAME[OUTPUT_TOPIC].full_name(prefix), 0)
     lock = asyncio.Lock()
 
-    @app.agent(source, name="promotion-gate")
-    async def wake_on_reviews(stream):
-        async for _ in stream.events():
-            pass  # the timer decides; holding this partition is what makes this worker the gate
+    # The timer decides; holding this partition is what makes this worker the gate. The agent
+    # checks what reviewers publish there.
+    register_blocking_agent(app, source, outputs, "promotion-gate", runner.on_decision)
+    register_blocking_agent(app, verdicts, outputs, "verdict-references", runner.on_verdict)
 
     @app.timer(interval=tick_interval_s, name="promotion-gate-tick")
     async def gate_tick():

@@ -11,9 +11,11 @@ the version has no trials yet and whose sweep is not requested yet. The requests
 publish: the same ids and the same content whoever asks, so when both ask, it is one request (the
 rollout worker runs an id it has served once, the evidence log counts it once).
 
-Not swept: a registration older than the model's latest one (a replay of old registrations, or a
-version replaced since), and anything before the first promotion (no active benchmark yet: the
-orchestrator's first cycle sweeps every registered model once the base scenarios are promoted).
+Not swept: a registration of a model the rollout workers' registry file does not hold
+(``served_models``: dead-lettered, since nothing could serve its sweeps), a registration older
+than the model's latest one (a replay of old registrations, or a version replaced since), and
+anything before the first promotion (no active benchmark yet: the orchestrator's first cycle
+sweeps every registered model once the base scenarios are promoted).
 The rollout worker runs the version its registry file holds (a request names the model, not the
 version), so sweeps are asked for the latest registration only.
 
@@ -35,6 +37,7 @@ import faust
 from consumers import benchmark_state as q
 from consumers.evidence.store import EvidenceStore
 from producers.rollout_worker import sweep_request
+from producers.seeds import selection_seeds
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from streams.deadletter import Intake, Outgoing, RawMessage
@@ -51,6 +54,9 @@ class SweeperConfig:
     sweep_seeds: int = 20  # seeds 0..n-1 per active scenario (Settings.sweep_seeds: the orchestrator's too)
     store_retry_s: float = 60.0  # how long a registration is retried while the store does not answer, s
     run_id: str = "sweeper"  # of its dead letters
+    # The models the rollout workers serve (their registry file's); a registration of any other is
+    # dead-lettered: its sweeps could never be served. None: every registered model.
+    served_models: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.sweep_seeds, bool) or not isinstance(self.sweep_seeds, int) or self.sweep_seeds < 1:
@@ -77,6 +83,11 @@ class SweepRunner:
         event, dead = self.intake.admit(raw)
         if dead is not None:
             return [dead]
+        served = self.config.served_models
+        if served is not None and event["model_id"] not in served:
+            return [self.intake.refuse(raw, f"ModelRegistered {event['envelope']['event_id']}: model "
+                                            f"{event['model_id']!r} is not in the model registry file the rollout "
+                                            f"workers serve (served: {', '.join(sorted(served)) or 'none'})")]
         self.stats["registrations"] += 1
         deadline = time.monotonic() + self.config.store_retry_s
         while True:
@@ -112,10 +123,12 @@ class SweepRunner:
         if benchmark is None:
             return []
         ids = list(benchmark.scenario_ids)
+        # the sweep feeds the next cycle's failure clusters: selection seeds (an `eval` on held-out
+        # seeds is no sweep); the model is measured by the loop's next cycle or by `eval`
         tried = {s.scenario_id for s in q.scores(self.store, model_ids=[model_id], scenario_ids=ids,
-                                                  model_versions={model_id: version})
+                                                  model_versions={model_id: version}, seeds=q.SELECTION)
                  if s.episodes or s.invalid}
-        seeds = list(range(self.config.sweep_seeds))
+        seeds = selection_seeds(self.config.sweep_seeds)
         wanted = [sweep_request(dict(a.spec), model_id, version, seeds, event_time=at)
                   for a in benchmark.scenarios if a.scenario_id not in tried]
         if not wanted:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from evidence_factory import EvidenceLog, spec
 
+from producers.seeds import held_out_seeds
+
 MODELS = {"oracle": "oracle", "strong": "scripted", "medium": "scripted", "weak": "scripted"}
 BASE = spec("base")
 SLIP = spec("slip", parent="scn-base", object_friction=0.1)
@@ -15,6 +17,9 @@ SEEDS = range(20)
 # successes on the child per model (of 20 seeds, the first k succeed)
 CHILD_SUCCESSES = {"oracle": 20, "strong": 16, "medium": 10, "weak": 4}
 KEYFRAME = "ab" + "0" * 62
+# held-out measurement of the child (measure()): of 20 held-out seeds, the first k succeed; closer
+# together than on the selection seeds, as a promotion's winner's curse makes them
+HELD_OUT_SUCCESSES = {"oracle": 20, "strong": 18, "medium": 14, "weak": 10}
 
 
 def build(log: EvidenceLog | None = None, keyframe: str = KEYFRAME) -> EvidenceLog:
@@ -59,6 +64,16 @@ def build(log: EvidenceLog | None = None, keyframe: str = KEYFRAME) -> EvidenceL
     log.decision("Deferred", "scn-late", "robustness verdict missing")
     log.decision("ReviewRequested", "scn-odd", "borderline semantic score")
     log.retired("scn-base", 3)
+    return log
+
+
+def measure(log: EvidenceLog) -> EvidenceLog:
+    """The child measured on held-out seeds (producers/seeds.py), as the loop does after a cycle."""
+    seeds = held_out_seeds(20)
+    for model in MODELS:
+        request = log.request(SLIP, model, seeds)
+        for i, seed in enumerate(seeds):
+            log.episode(model, SLIP, seed, i < HELD_OUT_SUCCESSES[model], request_id=request)
     return log
 
 

@@ -61,6 +61,7 @@ def test_a_long_memory_dir_gives_one_unwrapped_unstyled_line(tmp_path):
     assert f"{memory_dir / 'run'} (run `sepa-eval up`)" in result.stderr  # whole path, markup-like text as is
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
 def test_up_is_locked_waits_until_ready_and_its_rollout_worker_serves_requests(tmp_path):
     memory_dir = tmp_path / "m"
     try:
@@ -141,6 +142,15 @@ print(json.dumps({
                             "WHERE envelope.event_type = 'EpisodeEnded'")[0][0],
     "clusters": store.query("SELECT count() FROM {database}.failure_clusters FINAL "
                             "WHERE envelope.event_type = 'ClusterUpdated' AND size > 0")[0][0],
+    "content_digest": q.content_digest(store),
+    "content_state": q.content_state(store),
+    "active": q.active_scenarios(store),
+    "measured": {f"{s.model_id} {s.scenario_id}": s.episodes + s.invalid
+                 for s in q.scores(store, version=q.current_version(store), seeds=q.HELD_OUT)},
+    "held_out_intakes": store.query(
+        "SELECT count() FROM {database}.failure_clusters FINAL WHERE envelope.event_type = 'ClusterAssigned' "
+        "AND intake AND episode_id IN (SELECT episode_id FROM {database}.rollout_episodes FINAL "
+        "WHERE envelope.event_type = 'EpisodeStarted' AND seed >= 1000000)")[0][0],
 }))
 """))
 
@@ -158,6 +168,8 @@ def run_loop(memory_dir: Path) -> tuple[subprocess.CompletedProcess, dict, subpr
     return result, status, replayed
 
 
+@pytest.mark.slow  # one of the default run's longest (README, Test)
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)
 def test_run_evolves_the_benchmark_one_cycle_and_reports_what_the_log_holds(tmp_path):
     memory_dir = tmp_path / "m"
     result, status, replayed = run_loop(memory_dir)
@@ -182,21 +194,33 @@ def test_run_evolves_the_benchmark_one_cycle_and_reports_what_the_log_holds(tmp_
     versions = sorted(v for kind, _, v, _ in facts["decisions"] if kind in ("Promoted", "Retired"))
     assert versions == list(range(1, len(versions) + 1)) and int(line.group(4)) == versions[-1]
     assert facts["clusters"] > 0, "a run with this many failures shows clusters"
+    # the benchmark it left is measured on held-out seeds, which the clusterer passed over
+    assert len(facts["measured"]) == 5 * len(facts["active"]) and set(facts["measured"].values()) == {20}, facts
+    assert facts["held_out_intakes"] == 0
+    assert "held-out seeds" in out, out
     assert "`sepa-eval down` stops it" in out, "run says the stack stays up and how to stop it"
     assert processes_holding(memory_dir) == []
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 300)  # ~13 min beside another slow test on 2 cores
 def test_two_runs_with_the_same_seed_promote_the_same_scenarios_with_the_same_versions(tmp_path):
     """What may vary between the two runs and what may not: the order in which the rollout worker's
     pool finishes episodes, and so the clusterer's output positions, vary; the candidates, the
-    validation requests, every decision (ids, versions) and the rollouts spent do not."""
-    facts = []
+    validation requests, every decision (ids, versions), the rollouts spent and every trial's
+    outcome (the content digest `run` prints) do not."""
+    facts, printed = [], []
     for name in ("first", "second"):
-        run_loop(tmp_path / name)
+        result, _, _ = run_loop(tmp_path / name)
         facts.append(loop_facts(tmp_path / name))
+        printed.append(re.search(r"^content digest ([0-9a-f]{64})$", result.stdout, re.MULTILINE).group(1))
     first, second = facts
     assert first["candidates"] == second["candidates"]
     assert first["decisions"] == second["decisions"], "same promotions, same versions, same decision ids"
     assert first["validation_requests"] == second["validation_requests"]
     assert first["episodes"] == second["episodes"], "the same rollouts spent"
+    differing = {key: (value, second["content_state"].get(key)) for key, value in first["content_state"].items()
+                 if second["content_state"].get(key) != value}
+    assert differing == {}, f"the runs' content differs in {sorted(differing)}: {differing}"
+    assert first["content_digest"] == second["content_digest"] == printed[0] == printed[1], \
+        "run printed a content digest other than the log's after down"

@@ -9,16 +9,18 @@ import json
 import pytest
 from stack_helpers import clean_env, processes_holding, run_chdb, sepa
 
-RUN_TIMEOUT_S = 1200
+RUN_TIMEOUT_S = 1500
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)  # ~10 min alone on 2 cores, ~17 beside another slow test
 def test_run_on_libero_goes_round_the_loop_on_libero_scenarios_only(libero_venv, tmp_path):
     memory_dir = tmp_path / "m"
     env = clean_env(SEPA_LIBERO_WORKER="true")
     try:
         result = sepa(memory_dir, "run", "--benchmark", "libero", "--tasks", "0", "--cycles", "1",
-                      "--sweep-seeds", "20", "--max-candidates", "2", env=env, timeout=RUN_TIMEOUT_S)
+                      "--sweep-seeds", "20", "--measure-seeds", "4", "--max-candidates", "1", env=env,
+                      timeout=RUN_TIMEOUT_S)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     finally:
         sepa(memory_dir, "down", env=env)
@@ -26,13 +28,16 @@ def test_run_on_libero_goes_round_the_loop_on_libero_scenarios_only(libero_venv,
 import json
 from consumers import benchmark_state as q
 rows = store.query("SELECT DISTINCT scenario.benchmark, purpose FROM {database}.rollout_requests FINAL")
+held_out = q.scores(store, version=q.current_version(store), seeds=q.HELD_OUT)
 print(json.dumps({
+    "measured": sorted({s.episodes + s.invalid for s in held_out}),
     "requested": sorted([b, p] for b, p in rows),
     "candidates": {c.scenario_id: c.status for c in q.candidates(store)},
     "answered": [c.answered for c in q.cycles(store)],
 }))
 """))
     assert facts["answered"] == [True], facts
+    assert facts["measured"] == [4], "every model measured on 4 held-out seeds of every active scenario"
     # every rollout of the run, sweeps and validation alike, was of a LIBERO scenario
     assert {b for b, _ in facts["requested"]} == {"libero"}, facts["requested"]
     assert {p for _, p in facts["requested"]} == {"sweep", "validation"}, "the critics validated LIBERO candidates"

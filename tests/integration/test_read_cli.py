@@ -68,11 +68,15 @@ def test_report_writes_markdown_html_and_figures(memory, tmp_path):
 
 
 def test_diff_verdicts_and_exit_codes(memory):
-    regression = sepa(memory, "diff", "strong", "weak", "--fail-on-regression")
+    # the world holds selection seeds only: diff reads held-out seeds unless told, and says so
+    held_out = sepa(memory, "diff", "strong", "weak")
+    assert held_out.returncode == 2
+    assert "model 'strong' has no episodes in the evidence log on held-out seeds" in held_out.stderr
+    regression = sepa(memory, "diff", "strong", "weak", "--seeds", "all", "--fail-on-regression")
     assert regression.returncode == 1, regression.stdout + regression.stderr
     assert "significant regressions (Holm, family-wise alpha 0.05): scn-slip" in regression.stdout
-    assert sepa(memory, "diff", "strong", "weak").returncode == 0  # reported, not failed, without the flag
-    improvement = sepa(memory, "diff", "weak", "strong", "--fail-on-regression", "--json")
+    assert sepa(memory, "diff", "strong", "weak", "--seeds", "all").returncode == 0  # reported, not failed
+    improvement = sepa(memory, "diff", "weak", "strong", "--seeds", "selection", "--fail-on-regression", "--json")
     assert improvement.returncode == 0
     verdict = json.loads(improvement.stdout)
     (slip,) = verdict["scenarios"]
@@ -81,14 +85,15 @@ def test_diff_verdicts_and_exit_codes(memory):
     assert (slip["a_only_successes"], slip["b_only_successes"]) == (0, 12)
     assert slip["p_value"] == pytest.approx(2 / 2 ** 12) and verdict["correction"].startswith("Holm")
     # On v1 (the saturated base) the strong and weak models are not told apart.
-    v1 = json.loads(sepa(memory, "diff", "strong", "weak", "--version", "1", "--json").stdout)
+    v1 = json.loads(sepa(memory, "diff", "strong", "weak", "--version", "1", "--seeds", "all", "--json").stdout)
     assert v1["regressions"] == [] and v1["scenarios"][0]["verdict"] == "no significant difference"
 
 
 @pytest.mark.parametrize("args,needle", [(("strong", "nobody"), "model 'nobody' has no episodes"),
                                          (("strong", "strong"), "two different models"),
-                                         (("strong", "weak", "--version", "9"), "version 9 does not exist")])
+                                         (("strong", "weak", "--version", "9"), "version 9 does not exist"),
+                                         (("strong", "weak", "--seeds", "fresh"), "--seeds must be held-out")])
 def test_diff_bad_input_exits_2_with_one_line(memory, args, needle):
-    result = sepa(memory, "diff", *args)
+    result = sepa(memory, "diff", *args, *(() if "--seeds" in args else ("--seeds", "all")))
     assert result.returncode == 2
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1

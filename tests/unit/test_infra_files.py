@@ -28,6 +28,7 @@ from consumers.evidence.store import MIGRATIONS_DIR, migrate
 from infra.apache_kafka import KAFKA_VERSION
 from infra.cli import app
 from infra.settings import Settings, load_settings
+from producers.seeds import HELD_OUT_FROM
 from schemas.catalog import TOPICS
 from tests.store_events import event, store_events
 
@@ -385,6 +386,11 @@ def test_dashboards_parse_with_unique_ids_and_sql_queries():
         assert {v for v in used if v in variables or v == "database"} <= set(variables) | {"version"}
 
 
+def test_panels_split_seeds_where_producers_seeds_does():
+    bounds = {int(n) for _, _, sql in _queries() for n in re.findall(r"seed >= (\d+)", sql)}
+    assert bounds == {HELD_OUT_FROM}, "a dashboard's held-out boundary is not producers/seeds.py's"
+
+
 def test_panels_use_the_plugins_time_macros():
     for name, panel, sql in _queries():
         target = panel["targets"][0]
@@ -437,7 +443,7 @@ def _sample_events() -> list[dict]:
     for i, (episode, success) in enumerate([("ep1", True), ("ep2", False)]):
         out.append(event("EpisodeStarted", (episode,), _at(1 + i), episode_id=episode, request_id="r1",
                          benchmark="robosuite", task="Lift", scenario_id="s1", scenario=spec,
-                         instruction="lift the cube", model_id="m1", model_version="1", seed=i))
+                         instruction="lift the cube", model_id="m1", model_version="1", seed=HELD_OUT_FROM + i))
         out += [event("Step", (episode, t), _at(1 + i + t / 60), episode_id=episode, t=t, action=[0.1] * 7,
                       eef_pos=[0.0, 0.0, 1.0], eef_quat=[0.0, 0.0, 0.0, 1.0], joint_pos=[0.0] * 7)
                 for t in range(3)]

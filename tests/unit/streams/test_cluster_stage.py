@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from analysed_episodes import analysed_episodes, is_failure
 
+from producers.seeds import HELD_OUT_FROM
 from schemas.codec import Codec
 from schemas.events import make_event
 from streams.deadletter import RawMessage
@@ -75,6 +76,17 @@ def test_each_failed_episode_is_taken_in_at_once_and_the_rest_is_counted():
     assert s.stats["not_analysed"] > 0 and s.stats["skipped_terminations"] > 0
     assert len(s.clusterer.clusters) == 4 and s.process(MESSAGES) == []  # re-read: everything known
     assert s.stats["already_taken_in"] == len(failed)
+
+
+def test_a_failure_on_a_held_out_seed_is_passed_over_measurement_never_chooses():
+    failed = [e for e in INPUT if is_failure(e)][:6]
+    held_out = [{**e, "seed": HELD_OUT_FROM + i} for i, e in enumerate(failed[:3])]
+    chosen = [{**e, "seed": i} for i, e in enumerate(failed[3:])]
+    s = stage()
+    out = [CODEC.decode(o.value) for o in s.process(wire(held_out + chosen))]
+    taken = [e["episode_id"] for e in out if e["envelope"]["event_type"] == "ClusterAssigned" and e["intake"]]
+    assert taken == [e["episode_id"] for e in chosen]
+    assert s.stats["held_out"] == 3 and s.stats["taken_in"] == 3
 
 
 def test_what_cannot_be_clustered_is_dead_lettered_with_the_reason():

@@ -465,6 +465,7 @@ def test_each_ended_episode_gets_one_episode_analysed_with_its_end_scenario_and_
     assert (a["episode_id"], a["scenario_id"], a["model_id"], a["success"], a["termination"], a["steps"]) == \
         ("ep-1", "scn-1", "model-1", True, "success", scene.t)
     assert (a["analysed"], a["reason"], a["detector_version"]) == (True, "", DETECTOR_VERSION)
+    assert a["seed"] == 1  # the start's: the clusterer passes over held-out seeds
     assert [(m["moment_id"], m["failure_type"], m["step"], m["severity"], m["features"]) for m in a["moments"]] == \
         [(m["envelope"]["event_id"], m["failure_type"], m["step"], m["severity"], m["features"]) for m in moments]
     (miss,) = a["moments"]
@@ -484,6 +485,7 @@ def test_an_episode_whose_start_never_came_is_analysed_with_an_empty_scenario():
     assert a["scenario"] == empty_scenario()
     assert (a["scenario"]["scenario_id"], a["scenario"]["env_name"], a["scenario"]["horizon"]) == ("", "", 0)
     assert a["scenario_id"] == "scn-1"  # the end says which scenario it was
+    assert a["seed"] is None  # no start, no known seed
 
 
 def test_an_episode_with_too_many_steps_before_its_start_is_told_not_analysed():
