@@ -280,6 +280,12 @@ class ApacheKafkaBroker:
                         f"{timeout:.0f} s: {error}\n{self._log_tail()}"
                     ) from error
 
+    def describe(self) -> str:
+        """Whether the JVM still runs, and the tail of its log: what a failing test should show."""
+        code = self._process.poll() if self._process is not None else None
+        state = "not started" if self._process is None else "running" if code is None else f"exited with code {code}"
+        return f"broker pid {self.pid}: {state}\n{self._log_tail()}"
+
     def _fail_if_exited(self) -> None:
         assert self._process is not None
         code = self._process.poll()

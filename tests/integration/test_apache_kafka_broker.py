@@ -8,6 +8,7 @@ group consumers, and aiokafka (what faust runs on) as producer and group consume
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import defaultdict
@@ -31,7 +32,12 @@ def _new_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
         topic
     ].result(timeout=30)
-    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == partitions
+    # CreateTopics returns once the controller has the topic; the broker answers metadata for it
+    # once it has applied that record, a moment later on a loaded machine.
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(topic, timeout=10).topics[topic].partitions) != partitions:
+        assert time.monotonic() < deadline, f"{topic} has not {partitions} partitions after 30 s"
+        time.sleep(0.2)
     return topic
 
 
@@ -217,21 +223,36 @@ def test_killed_broker_restarts_at_the_same_address_with_its_data(tmp_path: Path
     broker = ApacheKafkaBroker(tmp_path, heap_mb=256)
     try:
         bootstrap = broker.start()
-        topic = _new_topic(bootstrap)
-        _produce(bootstrap, topic, [(f"k{n % 7}", str(n)) for n in range(100)], acks="all")
-        group = f"group-{topic}"
-        assert len(_consume(bootstrap, topic, group, expected=100)) == 100
-        committed_before = _committed(bootstrap, topic, group)
-
-        broker.kill()
-        assert broker.start() == bootstrap
-
-        assert _committed(bootstrap, topic, group) == committed_before
-        again = _consume(bootstrap, topic, f"second-{topic}", expected=100)
-        assert sorted(int(m.value()) for m in again) == list(range(100))
+        with _log_on_failure(broker):
+            _kill_and_restart(broker, bootstrap)
     finally:
         broker.stop()
     assert broker.log_path.read_text().count("Kafka Server started") == 2
+
+
+@contextlib.contextmanager
+def _log_on_failure(broker: ApacheKafkaBroker):
+    """A failure here once showed only a client's view (the broker gone a second after it was
+    ready): say whether the JVM still runs and what it logged."""
+    try:
+        yield
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{broker.describe()}") from error
+
+
+def _kill_and_restart(broker: ApacheKafkaBroker, bootstrap: str) -> None:
+    topic = _new_topic(bootstrap)
+    _produce(bootstrap, topic, [(f"k{n % 7}", str(n)) for n in range(100)], acks="all")
+    group = f"group-{topic}"
+    assert len(_consume(bootstrap, topic, group, expected=100)) == 100
+    committed_before = _committed(bootstrap, topic, group)
+
+    broker.kill()
+    assert broker.start() == bootstrap
+
+    assert _committed(bootstrap, topic, group) == committed_before
+    again = _consume(bootstrap, topic, f"second-{topic}", expected=100)
+    assert sorted(int(m.value()) for m in again) == list(range(100))
 
 
 def test_broker_that_cannot_start_raises_with_its_log(tmp_path: Path) -> None:
