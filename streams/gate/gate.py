@@ -21,8 +21,12 @@ The checks, in order (the seed system's gates, decided sequentially; the first t
    really run (timeout, refusal, malformed reply: ``ran`` false) is missing evidence: Deferred,
    re-tried when a verdict comes, never promoted without it. Without a judge configured the
    decision records "semantic: not run".
-4. not redundant: an active scenario changing the same factor whose per-model success rates are
-   all within ``redundancy_tolerance`` of the candidate's measures the same thing.
+4. not redundant: a scenario changing the same factor, active or promoted just before in the same
+   cycle, measures the same thing when, model for model, its outcomes and the candidate's differ on
+   at most ``redundancy_tolerance`` of the selection seeds both ran (paired, seed for seed: two
+   rates of 10-20 seeds each agree within 0.10 by chance about as often as not, and equal rates
+   from different failures are two tests, not one). With fewer than ``redundancy_min_pairs``
+   shared seeds for some model, the per-model success rates are compared instead.
 
 A verdict missing ``verdict_timeout_s`` after the candidate was proposed -> Deferred (once per
 reason). Candidates of one evolution cycle are decided together, in scenario-id order, once every
@@ -56,7 +60,9 @@ BASE_GENERATOR = "base"
 class GateConfig:
     semantic_required: bool = False  # a VLM judge is configured: its verdict is required evidence
     verdict_timeout_s: float = 1800.0  # a verdict missing this long after the proposal -> Deferred, s
-    redundancy_tolerance: float = 0.10  # per-model success rates this close to an active scenario's = redundant
+    # outcomes differing on at most this share of the shared seeds, for every model = redundant
+    redundancy_tolerance: float = 0.10
+    redundancy_min_pairs: int = 8  # shared seeds per model the paired comparison needs
     # every registered model at or above this success rate ... (below the report's "saturated", 0.95:
     # benchmark_state.SATURATION_RATE says why)
     retire_min_success: float = 0.90
@@ -70,6 +76,9 @@ class GateConfig:
                 raise ConfigError(f"GateConfig.{name} must be a finite number >= 0, got {value!r}")
         if not 0.0 < self.retire_min_success <= 1.0:
             raise ConfigError(f"GateConfig.retire_min_success must be in (0, 1], got {self.retire_min_success!r}")
+        if not isinstance(self.redundancy_min_pairs, int) or self.redundancy_min_pairs < 1:
+            raise ConfigError(f"GateConfig.redundancy_min_pairs must be an integer >= 1, "
+                              f"got {self.redundancy_min_pairs!r}")
         if not isinstance(self.retire_min_episodes, int) or self.retire_min_episodes < 1:
             raise ConfigError(f"GateConfig.retire_min_episodes must be an integer >= 1, "
                               f"got {self.retire_min_episodes!r}")
@@ -130,6 +139,8 @@ class GateState:
     active: dict[str, ActiveScenario]
     models: tuple[str, ...]  # registered model ids (the oracle included)
     success: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (scenario, model) -> (k, n)
+    # (scenario, model) -> {(seed, variant): success} on selection seeds, for active scenarios and candidates
+    outcomes: dict[tuple[str, str], dict[tuple[int, str], bool]] = field(default_factory=dict)
     promoted_at: dict[str, datetime] = field(default_factory=dict)  # scenario_id -> its Promoted's event time
 
     def pending(self) -> list[Candidate]:
@@ -175,7 +186,11 @@ class PromotionGate:
             by_cycle.setdefault(_cycle_of(c), []).append(c)
         batches = []
         for key in sorted(by_cycle, key=lambda k: (min(c.proposed_at for c in by_cycle[k]), k)):
-            outcomes = [(c, self._judge(state, c, now)) for c in sorted(by_cycle[key], key=lambda c: c.scenario_id)]
+            outcomes: list[tuple[Candidate, _Outcome]] = []
+            for c in sorted(by_cycle[key], key=lambda c: c.scenario_id):
+                # a sibling promoted before this one is as much the benchmark as an active scenario
+                siblings = [p for p, o in outcomes if o.kind == "Promoted"]
+                outcomes.append((c, self._judge(state, c, now, siblings)))
             if any(o.kind == "wait" for _, o in outcomes):
                 continue
             batch = [(c, o) for c, o in outcomes if not self._already(state, c, o)]
@@ -191,7 +206,7 @@ class PromotionGate:
             return "ReviewRequested" in done
         return False
 
-    def _judge(self, state: GateState, c: Candidate, now: datetime) -> _Outcome:
+    def _judge(self, state: GateState, c: Candidate, now: datetime, siblings: list[Candidate]) -> _Outcome:
         if c.generator == BASE_GENERATOR:
             return _Outcome("Promoted", "base benchmark scenario", {"base": True}, (c.event_id,), c.proposed_at)
         review = state.reviews.get(c.scenario_id)
@@ -251,36 +266,56 @@ class PromotionGate:
         else:
             checks[SEMANTIC] = {"ran": False, "reason": "not run: no judge configured"}
 
-        twin = self._redundant_with(state, c, robust.evidence)
-        checks["redundancy"] = {"tolerance": self.config.redundancy_tolerance, "twin": twin}
+        twin, how = self._redundant_with(state, c, robust.evidence, siblings)
+        checks["redundancy"] = {"tolerance": self.config.redundancy_tolerance, "twin": twin, "compared_on": how}
         if twin is not None:
-            return _Outcome("Rejected", f"redundant with active scenario {twin} (same factor {c.factor!r}, every "
-                            f"model within {self.config.redundancy_tolerance:.0%})", checks, tuple(evidence), latest)
+            what = "active scenario" if twin in state.active else "scenario promoted before it in this cycle"
+            tol = f"{self.config.redundancy_tolerance:.0%}"
+            if how == "paired seeds":
+                why = f"every model's outcomes differ on at most {tol} of the seeds both ran"
+            else:
+                why = f"every model within {tol}"
+            return _Outcome("Rejected", f"redundant with {what} {twin} (same factor {c.factor!r}, {why})",
+                            checks, tuple(evidence), latest)
         if borderline:
             return _Outcome("ReviewRequested", f"borderline: {robust.reason}", checks, tuple(evidence), latest)
         return _Outcome("Promoted", f"passed robustness, safety{', semantic' if self.config.semantic_required else ''}"
                         " and redundancy checks", checks, tuple(evidence), latest)
 
-    def _redundant_with(self, state: GateState, c: Candidate, robustness: dict) -> str | None:
-        """An active scenario of the same factor whose success rates are, model for model, within
-        the tolerance of the candidate's (the robustness verdict's evidence: each registered model's
-        candidate successes over ``seeds_per_arm`` seeds, consumers/critics/sequential.py)."""
+    def _redundant_with(self, state: GateState, c: Candidate, robustness: dict,
+                        siblings: list[Candidate]) -> tuple[str | None, str | None]:
+        """(the scenario of the same factor the candidate measures again, how that was compared):
+        an active one or a sibling promoted before it, first by id. Compared seed for seed where
+        every model has ``redundancy_min_pairs`` shared seeds; else on success rates (the robustness
+        verdict's own counts for the candidate: consumers/critics/sequential.py)."""
+        others = sorted({*(sid for sid, a in state.active.items()
+                           if a.factor == c.factor and sid != c.parent_scenario_id),
+                         *(s.scenario_id for s in siblings if s.factor == c.factor)})
+        for sid in others:
+            shared = {m: state.outcomes[(c.scenario_id, m)].keys() & state.outcomes.get((sid, m), {}).keys()
+                      for m in state.models if (c.scenario_id, m) in state.outcomes}
+            if shared and all(len(keys) >= self.config.redundancy_min_pairs for keys in shared.values()):
+                if all(self._differ(state, c.scenario_id, sid, m, keys) <= self.config.redundancy_tolerance
+                       for m, keys in shared.items()):
+                    return sid, "paired seeds"
+            elif self._rates_agree(state, c, sid, robustness):
+                return sid, "success rates"
+        return None, None
+
+    @staticmethod
+    def _differ(state: GateState, a: str, b: str, model: str, keys: set) -> float:
+        """The share of the shared seeds on which the two scenarios' outcomes differ for the model."""
+        return sum(state.outcomes[(a, model)][k] != state.outcomes[(b, model)][k] for k in keys) / len(keys)
+
+    def _rates_agree(self, state: GateState, c: Candidate, sid: str, robustness: dict) -> bool:
         n = robustness.get("seeds_per_arm") or 0
         rates = {m: v["candidate_successes"] / n for m, v in (robustness.get("models") or {}).items()
                  if n and isinstance(v, dict) and "candidate_successes" in v}
-        if not rates:
-            return None
-        for sid in sorted(state.active):
-            active = state.active[sid]
-            if active.factor != c.factor or sid == c.parent_scenario_id:
-                continue
-            other = {m: state.success[(sid, m)] for m in rates if (sid, m) in state.success}
-            if len(other) < len(rates):
-                continue
-            if all(abs(rates[m] - k / total) <= self.config.redundancy_tolerance for m, (k, total) in other.items()
-                   if total):
-                return sid
-        return None
+        other = {m: state.success[(sid, m)] for m in rates if (sid, m) in state.success}
+        if not rates or len(other) < len(rates):
+            return False
+        return all(abs(rates[m] - k / total) <= self.config.redundancy_tolerance for m, (k, total) in other.items()
+                   if total)
 
     # -- retirement -------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The gate's pure core: each check decides, cycles are decided together, versions and event ids
 are a function of the log, and a verdict that did not really run is never a pass."""
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from streams.gate.gate import ActiveScenario, Candidate, GateConfig, GateState, PromotionGate, Review, Verdict
@@ -135,8 +136,6 @@ def test_a_decided_candidate_is_not_decided_again():
 
 def test_redundancy_reads_the_robustness_critics_own_evidence():
     """The verdict as consumers/critics/sequential.py writes it: the weak model lost all 10 seeds."""
-    import json
-
     from loop_harness import critic_verdicts
 
     robust, safety, _ = critic_verdicts("scn-a", T0, accept=True)
@@ -174,3 +173,42 @@ def test_a_retirement_is_the_same_whichever_of_its_cycles_decisions_the_log_alre
     s.active.pop("scn-base")  # everything landed: nothing more
     s.decisions = {"scn-a": {"Promoted"}, "scn-b": {"Promoted"}, "scn-base": {"Promoted", "Retired"}}
     assert gate.decide(s, T0) == []
+
+
+def _outcomes(scenario: str, failures: dict[str, set[int]], seeds: int = 10) -> dict:
+    """(scenario, model) -> {(seed, variant): success}: each model fails on the seeds given."""
+    return {(scenario, m): {(s, ""): s not in failures.get(m, set()) for s in range(seeds)} for m in MODELS}
+
+
+def test_redundancy_is_judged_seed_for_seed_where_both_ran_the_same_seeds():
+    active = {"scn-base": ActiveScenario("scn-base", {}, "base", ""),
+              "scn-old": ActiveScenario("scn-old", {}, "friction", "scn-base")}
+    novice_fails = {"novice": {0, 1, 2, 3, 4, 5, 6, 7}}
+    same = state([candidate("scn-a")], {"scn-a": good("scn-a")}, active=active)
+    same.outcomes = {**_outcomes("scn-a", novice_fails), **_outcomes("scn-old", {"novice": {0, 1, 2, 3, 4, 5, 6}})}
+    events = PromotionGate(GateConfig()).decide(same, T0)
+    assert kinds(events) == [("Rejected", "scn-a")]
+    assert "differ on at most 10% of the seeds both ran" in events[0]["reason"]
+    assert json.loads(events[0]["checks_json"])["redundancy"]["compared_on"] == "paired seeds"
+    # The same rates from failures on other seeds: two tests, not one (rates alone called it redundant).
+    other = state([candidate("scn-a")], {"scn-a": good("scn-a")}, active=active)
+    other.outcomes = {**_outcomes("scn-a", novice_fails), **_outcomes("scn-old", {"novice": {2, 3, 4, 5, 6, 7, 8, 9}})}
+    other.success = {("scn-old", "oracle"): (8, 8), ("scn-old", "expert"): (7, 8), ("scn-old", "novice"): (2, 8)}
+    assert kinds(PromotionGate(GateConfig()).decide(other, T0)) == [("Promoted", "scn-a")]
+
+
+def test_a_sibling_promoted_before_it_in_the_cycle_makes_a_candidate_redundant():
+    cands = [candidate("scn-a"), candidate("scn-b"), candidate("scn-c", factor="mass")]
+    s = state(cands, {c.scenario_id: good(c.scenario_id) for c in cands})
+    fails = {"novice": {1, 3, 5, 7, 9}}
+    s.outcomes = {**_outcomes("scn-a", fails), **_outcomes("scn-b", fails), **_outcomes("scn-c", fails)}
+    events = PromotionGate(GateConfig()).decide(s, T0)
+    assert kinds(events) == [("Promoted", "scn-a"), ("Rejected", "scn-b"), ("Promoted", "scn-c")]
+    assert "scenario promoted before it in this cycle scn-a" in events[1]["reason"]
+    assert [e["benchmark_version"] for e in events if e["envelope"]["event_type"] == "Promoted"] == [2, 3]
+    # After a restart with scn-a's promotion in the log, scn-b meets it as an active scenario: the same outcome.
+    s.decisions, s.version = {"scn-a": {"Promoted"}}, 2
+    s.active = {**s.active, "scn-a": ActiveScenario("scn-a", {}, "friction", "scn-base")}
+    again = PromotionGate(GateConfig()).decide(s, T0)
+    assert kinds(again) == [("Rejected", "scn-b"), ("Promoted", "scn-c")]
+    assert "active scenario scn-a" in again[0]["reason"]
