@@ -36,7 +36,7 @@ from schemas.codec import Codec
 from schemas.events import utc_now
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.failures.agents import register_blocking_agent
-from streams.gate.gate import TERMINAL, ActiveScenario, Candidate, GateState, PromotionGate, Review, Verdict
+from streams.gate.gate import ActiveScenario, Candidate, GateState, PromotionGate, Review, Verdict
 
 log = logging.getLogger("sepa.streams.gate")
 OUTPUT_TOPIC = "benchmark.decisions"
@@ -78,17 +78,17 @@ def gate_state(store: EvidenceStore) -> GateState:
     registered = tuple(m.model_id for m in q.models(store))
     success = {(s.scenario_id, s.model_id): (s.successes, s.episodes)
                for s in q.scores(store, model_ids=registered or None, seeds=q.SELECTION) if s.scenario_id in active}
+    state = GateState(version=benchmark.version if benchmark else 0, candidates=candidates, verdicts=verdicts,
+                      decisions=decided, deferred_reasons=deferred, reviews=reviews, active=active,
+                      models=registered, success=success, promoted_at=promoted_at)
     # Seed for seed, for the redundancy check: the scenarios a pending candidate may measure again
     # and the candidates themselves (their validation episodes), on the selection seeds.
-    pending = [c.scenario_id for c in candidates.values() if not decided.get(c.scenario_id, set()) & set(TERMINAL)]
-    outcomes: dict[tuple[str, str], dict[tuple[int, str], bool]] = {}
+    pending = [c.scenario_id for c in state.pending()]
     if pending:
         for t in q.trials(store, model_ids=registered or None, scenario_ids=[*active, *pending], seeds=q.SELECTION):
             if t.valid and t.pair_key is not None:
-                outcomes.setdefault((t.scenario_id, t.model_id), {})[t.pair_key] = t.success
-    return GateState(version=benchmark.version if benchmark else 0, candidates=candidates, verdicts=verdicts,
-                     decisions=decided, deferred_reasons=deferred, reviews=reviews, active=active, models=registered,
-                     success=success, promoted_at=promoted_at, outcomes=outcomes)
+                state.outcomes.setdefault((t.scenario_id, t.model_id), {})[t.pair_key] = t.success
+    return state
 
 
 def _json(text: str) -> dict:
