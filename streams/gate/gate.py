@@ -27,6 +27,11 @@ The checks, in order (the seed system's gates, decided sequentially; the first t
    rates of 10-20 seeds each agree within 0.10 by chance about as often as not, and equal rates
    from different failures are two tests, not one). With fewer than ``redundancy_min_pairs``
    shared seeds for some model, the per-model success rates are compared instead.
+5. breadth: at most ``max_per_factor`` active scenarios change one factor, those promoted just
+   before in the same cycle counted. A benchmark that is all distractor variants ranks models by
+   attention alone, and a model's order on it tells little about the rest of its skill (issue 17
+   measured an evolved benchmark of three distractor scenarios agreeing less with a broad suite
+   than the static base did). The base and compositions are not capped.
 
 A verdict missing ``verdict_timeout_s`` after the candidate was proposed -> Deferred (once per
 reason). Candidates of one evolution cycle are decided together, in scenario-id order, once every
@@ -54,6 +59,7 @@ PRODUCER = "promotion-gate"
 ROBUSTNESS, SAFETY, SEMANTIC = "robustness", "safety", "semantic"
 TERMINAL = ("Promoted", "Rejected")
 BASE_GENERATOR = "base"
+UNCAPPED_FACTORS = ("base", "composition")  # the breadth check counts every other factor
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +69,7 @@ class GateConfig:
     # outcomes differing on at most this share of the shared seeds, for every model = redundant
     redundancy_tolerance: float = 0.10
     redundancy_min_pairs: int = 8  # shared seeds per model the paired comparison needs
+    max_per_factor: int = 2  # active scenarios changing one factor, at most (breadth)
     # every registered model at or above this success rate ... (below the report's "saturated", 0.95:
     # benchmark_state.SATURATION_RATE says why)
     retire_min_success: float = 0.90
@@ -76,6 +83,9 @@ class GateConfig:
                 raise ConfigError(f"GateConfig.{name} must be a finite number >= 0, got {value!r}")
         if not 0.0 < self.retire_min_success <= 1.0:
             raise ConfigError(f"GateConfig.retire_min_success must be in (0, 1], got {self.retire_min_success!r}")
+        if not isinstance(self.max_per_factor, int) or isinstance(self.max_per_factor, bool) \
+                or self.max_per_factor < 1:
+            raise ConfigError(f"GateConfig.max_per_factor must be an integer >= 1, got {self.max_per_factor!r}")
         if not isinstance(self.redundancy_min_pairs, int) or self.redundancy_min_pairs < 1:
             raise ConfigError(f"GateConfig.redundancy_min_pairs must be an integer >= 1, "
                               f"got {self.redundancy_min_pairs!r}")
@@ -277,10 +287,24 @@ class PromotionGate:
                 why = f"every model within {tol}"
             return _Outcome("Rejected", f"redundant with {what} {twin} (same factor {c.factor!r}, {why})",
                             checks, tuple(evidence), latest)
+        crowd = self._same_factor(state, c, siblings)
+        checks["breadth"] = {"max_per_factor": self.config.max_per_factor, "same_factor": crowd}
+        if len(crowd) >= self.config.max_per_factor:
+            return _Outcome("Rejected", f"breadth: {len(crowd)} scenarios already test factor {c.factor!r} "
+                            f"({', '.join(crowd)}; at most {self.config.max_per_factor})",
+                            checks, tuple(evidence), latest)
         if borderline:
             return _Outcome("ReviewRequested", f"borderline: {robust.reason}", checks, tuple(evidence), latest)
         return _Outcome("Promoted", f"passed robustness, safety{', semantic' if self.config.semantic_required else ''}"
-                        " and redundancy checks", checks, tuple(evidence), latest)
+                        ", redundancy and breadth checks", checks, tuple(evidence), latest)
+
+    def _same_factor(self, state: GateState, c: Candidate, siblings: list[Candidate]) -> list[str]:
+        """The active scenarios and earlier-promoted siblings changing the candidate's factor, when
+        that factor is capped (not the base's, not a composition's)."""
+        if c.factor in UNCAPPED_FACTORS:
+            return []
+        return sorted({*(sid for sid, a in state.active.items() if a.factor == c.factor),
+                       *(s.scenario_id for s in siblings if s.factor == c.factor)})
 
     def _redundant_with(self, state: GateState, c: Candidate, robustness: dict,
                         siblings: list[Candidate]) -> tuple[str | None, str | None]:

@@ -212,3 +212,33 @@ def test_a_sibling_promoted_before_it_in_the_cycle_makes_a_candidate_redundant()
     again = PromotionGate(GateConfig()).decide(s, T0)
     assert kinds(again) == [("Rejected", "scn-b"), ("Promoted", "scn-c")]
     assert "active scenario scn-a" in again[0]["reason"]
+
+
+def test_at_most_max_per_factor_scenarios_test_one_factor():
+    """Three distractor scenarios measuring different things: two go in, the third is turned away
+    for breadth; a composition is not capped, and the cap is the config's."""
+    cands = [candidate(f"scn-{x}", factor="distractors") for x in "abc"] + [candidate("scn-d", factor="composition")]
+    s = state(cands, {c.scenario_id: good(c.scenario_id) for c in cands})
+    s.outcomes = {**_outcomes("scn-a", {"novice": {0, 1, 2, 3}}), **_outcomes("scn-b", {"novice": {4, 5, 6, 7}}),
+                  **_outcomes("scn-c", {"novice": {8, 9, 10, 11}}), **_outcomes("scn-d", {"novice": {0, 4, 8}})}
+    events = PromotionGate(GateConfig()).decide(s, T0)
+    assert kinds(events) == [("Promoted", "scn-a"), ("Promoted", "scn-b"), ("Rejected", "scn-c"),
+                             ("Promoted", "scn-d")]
+    assert "breadth: 2 scenarios already test factor 'distractors' (scn-a, scn-b; at most 2)" in events[2]["reason"]
+    assert json.loads(events[2]["checks_json"])["breadth"]["same_factor"] == ["scn-a", "scn-b"]
+    wide = PromotionGate(GateConfig(max_per_factor=3)).decide(s, T0)
+    assert [k for k, _ in kinds(wide)] == ["Promoted"] * 4
+    # An active scenario of the factor counts as much as a sibling.
+    s.active = {**s.active, "scn-old": ActiveScenario("scn-old", {}, "distractors", "scn-base")}
+    s.outcomes.update(_outcomes("scn-old", {"novice": {12, 13, 14, 15}}))
+    assert kinds(PromotionGate(GateConfig()).decide(s, T0))[:3] == [("Promoted", "scn-a"), ("Rejected", "scn-b"),
+                                                                    ("Rejected", "scn-c")]
+
+
+def test_max_per_factor_must_be_a_positive_integer():
+    import pytest
+
+    from streams.exceptions import ConfigError
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="max_per_factor"):
+            GateConfig(max_per_factor=bad)
