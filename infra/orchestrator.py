@@ -324,6 +324,7 @@ STAGE_TIMEOUT_S = 1800.0
 # After the last candidate is decided, the log is read again once it has been quiet this long, so
 # retirements the gate published with the promotions are in.
 QUIET_S = 2.0
+GENERATOR_ARMS = ("failure-guided", "blind", "coverage")  # what a cycle may ask the mutator for
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -333,7 +334,7 @@ class EvolveConfig:
     sweep_seeds: int = 20  # seeds 0..n-1 per model x active scenario; the critics' control arm reuses them
     measure_seeds: int = 20  # held-out seeds per model x active scenario (producers/seeds.py): the scores shown
     max_candidates: int = 4  # per cycle
-    generator: str = "failure-guided"  # or "blind" (the baseline arm)
+    generator: str = "failure-guided"  # or a baseline arm: "blind" (random draws), "coverage" (a fixed grid)
     seed: int = 0
     base: tuple[dict, ...] = ()  # ScenarioSpec records of the base benchmark (promoted when nothing is)
     stage_timeout_s: float = STAGE_TIMEOUT_S  # each wait of a cycle gives up after this long
@@ -341,8 +342,9 @@ class EvolveConfig:
     rollout_budget: int | None = None  # no new cycle starts once the log holds this many episodes
 
     def __post_init__(self) -> None:
-        if self.generator not in ("failure-guided", "blind"):
-            raise ValueError(f"EvolveConfig.generator must be failure-guided or blind, got {self.generator!r}")
+        if self.generator not in GENERATOR_ARMS:
+            raise ValueError(f"EvolveConfig.generator must be one of {', '.join(GENERATOR_ARMS)}, "
+                             f"got {self.generator!r}")
         for name in ("cycles", "sweep_seeds", "measure_seeds", "max_candidates"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"EvolveConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")

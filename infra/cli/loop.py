@@ -29,7 +29,8 @@ def run(ctx: typer.Context,
             None, min=1, help="held-out seeds per model x active scenario that the scores are read on (default: "
                               "as many as --sweep-seeds)"),
         max_candidates: int = typer.Option(4, min=1, help="candidates the mutator may propose per cycle"),
-        generator: str = typer.Option("failure-guided", help="failure-guided, or blind (the baseline arm)"),
+        generator: str = typer.Option("failure-guided", help="failure-guided, or a baseline arm: blind (random "
+                                                             "draws) or coverage (a fixed grid of factors)"),
         env: str = typer.Option("Lift", help="the base benchmark's task(s), comma-separated"),
         benchmark: str = typer.Option("robosuite", help="robosuite, or libero (its own venv and worker: "
                                                         "`sepa-eval libero setup` first)"),

@@ -8,9 +8,11 @@ mutates at a time and in cycle order). The mutator answers it from the log: the 
 as they stood at the cycle's ``clusters_position`` (the latest ClusterUpdated of each cluster
 before it), the active benchmark at the cycle's version as the parents, and the cycle's seed.
 Failure-guided cycles draw operators from the clusters' failure types (streams/mutations/chooser.py),
-blind cycles the same operators with random parameters and no seed. Every candidate goes through
-the feasibility pre-check ``check`` the edge passes (robosuite: producers/sim/feasibility.py;
-LIBERO: producers/libero/feasibility.py in the LIBERO venv, through infra/libero_feasibility.py);
+blind cycles the same operators with random parameters and no seed, coverage cycles the next
+points of a fixed grid of factors and magnitudes over the base scenarios (streams/mutations/coverage.py).
+Every candidate goes through the feasibility pre-check ``check`` the edge passes (robosuite:
+producers/sim/feasibility.py; LIBERO: producers/libero/feasibility.py in the LIBERO venv, through
+infra/libero_feasibility.py);
 the feasible ones are published as CandidateProposed, and CandidatesGenerated records the seeds
 used, what was proposed and why the others were refused. Everything is a function of the log and
 the cycle, with the cycle's event time, so answering the same cycle again (a restart before the
@@ -37,6 +39,8 @@ from schemas.codec import Codec
 from schemas.events import make_event
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.mutations.chooser import ChooserConfig, blind_candidates, guided_candidates, propose
+from streams.mutations.coverage import GENERATOR as COVERAGE
+from streams.mutations.coverage import coverage_candidates
 from streams.mutations.operators import MUTATOR_VERSION, scenario_from_dict
 
 log = logging.getLogger("sepa.streams.mutations")
@@ -96,14 +100,20 @@ class MutatorRunner:
                 log.info("cycle %s: not mutating %s: %s", cycle_id, a.scenario_id, exc)
         exclude = set(parents) | {c.scenario_id for c in q.candidates(self.store)}
         cfg = self.config.chooser
-        if cycle["generator"] == BLIND:
-            seeds: list[dict] = []
+        skipped: dict[str, str] = {}
+        seeds: list[dict] = []
+        if cycle["generator"] == COVERAGE:  # the grid is walked over the base, whatever is active now
+            bases = [scenario_from_dict(c.scenario) for c in q.candidates(self.store) if c.generator == "base"]
+            candidates, skipped = coverage_candidates(bases, cycle["max_candidates"], exclude)
+            generated = None
+        elif cycle["generator"] == BLIND:
             generated = blind_candidates(list(parents.values()), cycle["max_candidates"], cycle["seed"], cfg, exclude) \
                 if parents else None
         else:
             seeds = q.cluster_events(self.store, before_position=cycle["clusters_position"])
             generated = guided_candidates(seeds, cycle["seed"], cfg, parents, exclude)
-        candidates = generated.candidates[:cycle["max_candidates"]] if generated else []
+        if cycle["generator"] != COVERAGE:
+            candidates = generated.candidates[:cycle["max_candidates"]] if generated else []
         proposal = propose(candidates, self.check)
         at = cycle["envelope"]["event_time"]
         events = [make_event("CandidateProposed", (c.candidate.scenario_id,), PRODUCER, self.config.run_id,
@@ -111,7 +121,7 @@ class MutatorRunner:
                              feasibility_json=c.feasibility.to_json())
                   for c in proposal.proposed]
         infeasible = {c.candidate.scenario_id: c.feasibility.reason for c in proposal.infeasible}
-        skipped = {s.key: s.reason for s in (generated.skipped if generated else [])}
+        skipped |= {s.key: s.reason for s in (generated.skipped if generated else [])}
         events.append(make_event(
             "CandidatesGenerated", (cycle_id,), PRODUCER, self.config.run_id, event_time=at, cycle_id=cycle_id,
             generator=cycle["generator"], seeds=sorted({c.candidate.source_cluster_id for c in proposal.proposed

@@ -72,7 +72,7 @@ from streams.mutations.exceptions import OperatorError, SeedError
 
 MUTATOR_VERSION = "1"
 ROUND_DIGITS = 4  # 0.1 mm, 0.1 g, 1e-4 of a friction coefficient
-GENERATORS = ("failure-guided", "blind", "composition", "base")
+GENERATORS = ("failure-guided", "blind", "coverage", "composition", "base")
 FACTORS = ("placement", "pose", "friction", "mass", "colour", "distractors", "instruction", "horizon", "hold",
            "place", "time_budget", "composition", "camera", "lighting")  # the last two: LIBERO's pixel-only axes
 # Conservative horizontal half-extent of a task object (the Lift cube's half-diagonal is 0.03 m).

@@ -105,3 +105,36 @@ def test_two_worlds_fed_the_same_candidates_and_outcomes_decide_identically(tans
         for w in worlds:
             w.stop()
         other.command("DROP DATABASE IF EXISTS {database}")
+
+
+def test_coverage_cycles_walk_the_grid_over_the_base_in_order(chdb_store):
+    """The coverage arm's mutator answer is the grid's next points over the base: the first cycle
+    the first four, the next cycle (its answer in the log) the four after, whatever is active."""
+    from streams.mutations.coverage import grid_order
+
+    log = EvidenceLog()
+    for model, kind in MODELS.items():
+        log.register(model, kind)
+    log.candidate(BASE, "", "base", generator="base")
+    log.promoted(BASE, 1)
+    log.cycle("cov-c1", 1, 1, [], generator="coverage")
+    log.cycle("cov-c2", 2, 1, [], generator="coverage")
+    cycles = {e["cycle_id"]: {**e, "max_candidates": 4}
+              for e in log.events if e["envelope"]["event_type"] == "CycleStarted"}
+    events = [e for e in log.events if e["envelope"]["event_type"] not in ("CycleStarted", "CandidatesGenerated")]
+    store = chdb_store.with_database(f"cov_{uuid.uuid4().hex[:10]}")
+    try:
+        migrate(store)
+        store_events(store, events)
+        runner = MutatorRunner(lambda: store, Codec(), MutatorConfig(), check=feasible)
+        walked = []
+        for cycle_id in ("cov-c1", "cov-c2"):
+            answer = runner.answer(cycles[cycle_id])
+            store_events(store, answer)
+            proposed = [e for e in answer if e["envelope"]["event_type"] == "CandidateProposed"]
+            assert {e["generator"] for e in proposed} == {"coverage"}
+            assert {e["parent_scenario_id"] for e in proposed} == {BASE["scenario_id"]}
+            walked += [(e["factor"], float(e["params"]["magnitude"])) for e in proposed]
+        assert walked == [(f, float(m)) for f, m in grid_order()[:8]]
+    finally:
+        store.command("DROP DATABASE IF EXISTS {database}")
