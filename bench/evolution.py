@@ -1,14 +1,16 @@
 """The headline: from a saturated base, does the loop build a benchmark that separates the models
-again, and does failure-guided generation beat blind generation on the same budget?
+again, and does failure-guided generation beat the baselines on the same budget?
 
 Each arm runs the whole product on the embedded default in a fresh memory dir: `up` (broker,
 pipeline, streams worker with detector, clusterer, mutator and gate, rollout worker, critics),
 the models of producers/sim/configs/models.yaml (four ranked scripted models and the oracle), the
 base benchmark (Lift), then up to ``--cycles`` cycles of the loop (infra.orchestrator.evolve), a
 cycle starting only while the arm has spent less than ``--budget`` rollouts. The failure-guided arm
-seeds the mutator from the failure clusters; the blind arm uses the same operators with random
-parameters and no seed, and is given the rollouts the guided arm spent as its budget (up to
-``--blind-cycles`` cycles), so both arms get the same budget. Everything is then read back from the arm's evidence log:
+seeds the mutator from the failure clusters. Two baselines get the rollouts the guided arm spent as
+their budget (up to ``--blind-cycles`` cycles each) and the same validation: the blind arm draws
+the same operators with random parameters and no seed; the coverage arm walks a fixed grid of
+every factor at three magnitudes over the base, in the style of LIBERO-Plus
+(streams/mutations/coverage.py). Everything is then read back from the arm's evidence log:
 
 - promoted: scenarios the loop promoted and that are still active (the base is not one);
 - Spearman: the ranked scripted models' pooled success on the final benchmark against their known
@@ -19,17 +21,17 @@ parameters and no seed, and is given the rollouts the guided arm spent as its bu
 - validation cost: rollouts per model per candidate, the parent's control arm included (counted
   even where the sweeps had already run those seeds), and the rollouts actually run;
 - rollouts spent by purpose and the arm's wall time;
-- unseen: two families of scripted models the loop never saw (UNSEEN_FAMILIES), measured after the
+- unseen: three families of scripted models the loop never saw (UNSEEN_FAMILIES), measured after the
   loop on held-out seeds of the base and of the final benchmark: Spearman against each family's
   true order and spread, on each.
 
 Targets (issue 10): Spearman 1.0 and spread >= 30 pp on the promoted benchmark within 3 cycles,
 oracle >= 90% on every promoted scenario, <= 20 validation rollouts per model per candidate, and
-the guided arm promoting more discriminative scenarios than the blind arm for the same budget.
+the guided arm promoting more discriminative scenarios than the baselines for the same budget.
 
 Usage:
     python bench/evolution.py [--cycles 3] [--budget 1500] [--sweep-seeds 20] [--max-candidates 4]
-                              [--seed 0] [--arms failure-guided,blind] [--keep DIR]
+                              [--seed 0] [--arms failure-guided,blind,coverage] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -60,20 +62,23 @@ from producers.sim.models import DEFAULT_MODELS_PATH, ModelConfig, load_models, 
 from producers.sim.policies import Skill  # noqa: E402
 
 BASE_HORIZON = 200
-# Models the loop never sees (not in models.yaml, never registered while it runs), in two families
+# Models the loop never sees (not in models.yaml, never registered while it runs), in three families
 # of known order: each model is at least as bad as the one before in every Skill component. One
 # lies between models.yaml's ranks (its step formula, rank r = step r + 1, at other steps); one is
-# weak in precision and noise and hardly distractible. After its loop, each arm measures them on
-# held-out seeds of the base and of the benchmark it built: does the evolved benchmark order
-# models it was not built on?
+# weak in precision and noise and hardly distractible; one is steady but drawn to distractors.
+# After its loop, each arm measures them on held-out seeds of the base and of the benchmark it
+# built: does the evolved benchmark order models it was not built on?
 UNSEEN_STEPS = (1.5, 3.0, 4.5)
 UNSEEN_FAMILIES = {
     "between": lambda s: dict(target_noise_m=0.001 * s, range_noise_per_m=0.02 * s, action_noise=0.024 * s,
                               timing_jitter=0.04 * s, precision=1 - 0.04 * s, distractor_pull=0.2 * s, retries=1),
     "imprecise": lambda s: dict(target_noise_m=0.0015 * s, range_noise_per_m=0.02 * s, action_noise=0.036 * s,
                                 timing_jitter=0.04 * s, precision=1 - 0.06 * s, distractor_pull=0.05 * s, retries=1),
+    "distractible": lambda s: dict(target_noise_m=0.0008 * s, range_noise_per_m=0.015 * s, action_noise=0.018 * s,
+                                   timing_jitter=0.03 * s, precision=1 - 0.03 * s, distractor_pull=0.22 * s, retries=1),
 }
 UNSEEN_SEEDS = 20
+BASELINE_ARMS = ("blind", "coverage")  # given the rollouts the guided arm spent, over up to --blind-cycles
 ORACLE_TARGET = 0.9
 SPREAD_TARGET = 0.30
 COST_TARGET = 20.0
@@ -121,7 +126,9 @@ def measure_unseen(store, publisher, base: dict, settings) -> dict:
     return out
 
 
-def run_arm(generator: str, args, work: Path, cycles: int, budget: int) -> dict:
+def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=None) -> dict:
+    """One arm: the loop, then ``measure`` of its log, then ``after(store, publisher, base,
+    settings)`` (default: the unseen families, under "unseen") merged in while the broker is up."""
     memory = work / generator
     settings = load_settings(memory_dir=memory, environ={"SEPA_MODELS_FILE": str(models_file(memory))})
     started = time.monotonic()
@@ -148,7 +155,8 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int) -> dict:
         reports = orchestrator.evolve(store, publisher, models, config, on_event=hear,
                                       check=orchestrator.still_running(settings))
         result = measure(store, models, reports, time.monotonic() - started)
-        result["unseen"] = measure_unseen(store, publisher, base, settings)
+        result.update(after(store, publisher, base, settings) if after is not None
+                      else {"unseen": measure_unseen(store, publisher, base, settings)})
         return result
     finally:
         if publisher is not None:
@@ -239,8 +247,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sweep-seeds", type=int, default=20)
     parser.add_argument("--max-candidates", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--arms", default="failure-guided,blind")
-    parser.add_argument("--blind-cycles", type=int, default=9, help="cycles the blind arm may use to spend its budget")
+    parser.add_argument("--arms", default="failure-guided,blind,coverage")
+    parser.add_argument("--blind-cycles", type=int, default=9,
+                        help="cycles a baseline arm (blind, coverage) may use to spend its budget")
     parser.add_argument("--keep", type=Path, help="keep the arms' memory dirs here")
     args = parser.parse_args(argv)
     work = args.keep or Path(tempfile.mkdtemp(prefix="sepa-evolution-"))
@@ -250,7 +259,7 @@ def main(argv: list[str]) -> int:
     try:
         for arm in (a.strip() for a in args.arms.split(",")):
             cycles, budget = args.cycles, args.budget
-            if arm == "blind" and "failure-guided" in results:  # the same budget: what the guided arm spent
+            if arm in BASELINE_ARMS and "failure-guided" in results:  # the same budget: what the guided arm spent
                 cycles, budget = args.blind_cycles, results["failure-guided"]["rollouts"]
             print(f"arm {arm}: {cycles} cycles at most, budget {budget} rollouts", flush=True)
             results[arm] = run_arm(arm, args, work, cycles, budget)
