@@ -1247,6 +1247,7 @@ class Cycle:
     infeasible: int
     answered: bool
     clusters_position: int = 0  # where in failures.clusters the mutator reads from
+    focus_models: tuple[str, ...] = ()  # ranked models tied at the top: their clusters were seeded from first
 
 
 def cycles(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime | None = None) -> list[Cycle]:
@@ -1256,12 +1257,12 @@ def cycles(store: EvidenceStore, *, run_id: str | None = None, as_of: datetime |
         "SELECT cycle_id, anyIf(cycle, t = 'CycleStarted'), anyIf(benchmark_version, t = 'CycleStarted'), "
         "anyIf(generator, t = 'CycleStarted'), minIf(at, t = 'CycleStarted'), anyIf(models, t = 'CycleStarted'), "
         "anyIf(proposed, t = 'CandidatesGenerated'), sumIf(length(mapKeys(infeasible)), t = 'CandidatesGenerated'), "
-        "countIf(t = 'CandidatesGenerated') > 0, anyIf(clusters_position, t = 'CycleStarted') "
-        "FROM (SELECT *, envelope.event_type AS t, envelope.event_time AS at "
+        "countIf(t = 'CandidatesGenerated') > 0, anyIf(clusters_position, t = 'CycleStarted'), "
+        "anyIf(focus_models, t = 'CycleStarted') FROM (SELECT *, envelope.event_type AS t, envelope.event_time AS at "
         f"FROM {{database}}.benchmark_cycles FINAL{_where(_scope(run_id, as_of, params))}) GROUP BY cycle_id "
         "HAVING countIf(t = 'CycleStarted') > 0 ORDER BY minIf(at, t = 'CycleStarted'), cycle_id", parameters=params)
     return [Cycle(r[0], int(r[1]), int(r[2]), r[3], _utc(r[4]), tuple(r[5]), tuple(r[6]), int(r[7]), bool(r[8]),
-                  int(r[9])) for r in rows]
+                  int(r[9]), tuple(r[10])) for r in rows]
 
 
 # --- reviews ------------------------------------------------------------------------------------

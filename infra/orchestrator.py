@@ -340,6 +340,8 @@ class EvolveConfig:
     stage_timeout_s: float = STAGE_TIMEOUT_S  # each wait of a cycle gives up after this long
     fragile: bool = True  # the clusterer takes in fragile successes (Settings.cluster_fragile_successes)
     rollout_budget: int | None = None  # no new cycle starts once the log holds this many episodes
+    # no new cycle starts once every adjacent pair of ranked models is separated on held-out seeds
+    stop_when_separated: bool = True
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATOR_ARMS:
@@ -366,6 +368,7 @@ class CycleReport:
     seconds: float
     in_sample: tuple = ()  # the same on the selection seeds: biased (they chose the scenarios), for contrast
     pairs: tuple = ()  # AdjacentPair per neighbours in the held-out order: which the benchmark separates
+    focus: tuple[str, ...] = ()  # ranked models tied at the top on the cycle's sweep: seeded from first
 
 
 def base_candidate(scenario: dict, run_id: str) -> dict:
@@ -388,6 +391,10 @@ def evolve(store: EvidenceStore, publisher: Publisher, models: list[ModelConfig]
             break
         reports.append(_cycle(store, publisher, models, config, k, on_event, check))
         on_event("report", reports[-1])
+        pairs = reports[-1].pairs
+        if config.stop_when_separated and pairs and all(p.separated for p in pairs):
+            on_event("separated", pairs)
+            break
     return reports
 
 
@@ -422,14 +429,16 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
     on_event("settled", settled)
 
     cycle_id = f"{config.run_id}-c{k}"
-    started_event = cycle_started(store, config, k, version, models)
-    if started_event is None:
-        position = next(c.clusters_position for c in q.cycles(store) if c.cycle_id == cycle_id)
+    focus = tied_top(store, version, models)
+    started_event = cycle_started(store, config, k, version, models, focus)
+    if started_event is None:  # a rerun: the cycle as it was opened
+        opened = next(c for c in q.cycles(store) if c.cycle_id == cycle_id)
+        position, focus = opened.clusters_position, tuple(opened.focus_models)
     else:
         publisher.publish(started_event)
         publisher.flush()
         position = started_event["clusters_position"]
-    on_event("cycle", {"cycle_id": cycle_id, "clusters_position": position})
+    on_event("cycle", {"cycle_id": cycle_id, "clusters_position": position, "focus": focus})
 
     def answer():
         return next((c for c in q.cycles(store) if c.cycle_id == cycle_id and c.answered), None)
@@ -474,13 +483,24 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
         in_sample=tuple(q.pooled_scores(q.scores(store, version=after.version, seeds=q.SELECTION))),
         pairs=tuple(q.adjacent_pairs(store, after.version, model_ids=[m.model_id for m in models
                                                                        if m.kind != q.ORACLE_KIND])),
-        rollouts=_episodes_spent(store) - spent_before, seconds=time.monotonic() - started)
+        rollouts=_episodes_spent(store) - spent_before, seconds=time.monotonic() - started, focus=tuple(focus))
     on_event("decided", report)
     return report
 
 
+def tied_top(store: EvidenceStore, version: int, models: list[ModelConfig]) -> tuple[str, ...]:
+    """The ranked models at or above the saturation rate on the version's selection sweep, when
+    two or more are: a benchmark that passes them all cannot order them, so the cycle goes after
+    their rare failures (CycleStarted.focus_models). Read on the selection seeds, which choose;
+    whether that separated them is read on held-out seeds (CycleReport.pairs)."""
+    ranked = [m.model_id for m in models if m.kind != q.ORACLE_KIND]
+    pooled = q.pooled_scores(q.scores(store, version=version, model_ids=ranked, seeds=q.SELECTION))
+    top = tuple(sorted(s.model_id for s in pooled if s.episodes and s.success_rate >= q.SATURATION_RATE))
+    return top if len(top) >= 2 else ()
+
+
 def cycle_started(store: EvidenceStore, config: EvolveConfig, k: int, version: int,
-                  models: list[ModelConfig]) -> dict | None:
+                  models: list[ModelConfig], focus: tuple[str, ...] = ()) -> dict | None:
     """The CycleStarted of cycle k, or None when the log holds it already (a rerun after a crash):
     the cycle goes on from the position it started at, since the clusters log has grown since and a
     new position would be a different event under the same id."""
@@ -491,7 +511,7 @@ def cycle_started(store: EvidenceStore, config: EvolveConfig, k: int, version: i
         "CycleStarted", (cycle_id,), ORCHESTRATOR, config.run_id, cycle_id=cycle_id, cycle=k,
         benchmark_version=version, clusters_position=q.cluster_log_length(store), generator=config.generator,
         max_candidates=config.max_candidates, seed=int(stable_id("cycle", config.seed, k)[:12], 16),
-        models=[m.model_id for m in models])
+        models=[m.model_id for m in models], focus_models=list(focus))
 
 
 def critics_finished(verdicts) -> bool:

@@ -112,7 +112,9 @@ def _show(kind: str, value, status) -> None:
         "sweep": lambda v: f"sweeping {v['requests']} model x scenario pairs of benchmark v{v['version']}",
         "settled": lambda v: f"sweep done: {v.episodes} episodes, {v.failed} failed, {v.fragile} fragile successes, "
                              f"{v.clustered} of them clustered",
-        "cycle": lambda v: f"cycle {v['cycle_id']} opened at clusterer position {v['clusters_position']}",
+        "cycle": lambda v: f"cycle {v['cycle_id']} opened at clusterer position {v['clusters_position']}"
+                           + (f"; going after the failures of {', '.join(v['focus'])}, tied at the top"
+                              if v.get("focus") else ""),
         "generated": lambda v: f"{len(v.proposed)} candidates proposed ({v.infeasible} infeasible); validating",
         "measure": lambda v: f"measuring benchmark v{v['version']} on held-out seeds ({v['requests']} requests)",
     }
@@ -123,13 +125,17 @@ def _show(kind: str, value, status) -> None:
             console.print(lines[kind](value), soft_wrap=True, highlight=False)
     elif kind == "report":
         _print_cycle(value)
+    elif kind == "separated":
+        console.print("every adjacent pair of ranked models is separated on held-out seeds: no further cycle",
+                      soft_wrap=True, highlight=False)
 
 
 def _print_cycle(r) -> None:
     decided = ", ".join(f"{n} {status}" for status, n in sorted(r.decided.items())) or "no candidate"
     console.print(f"[bold]cycle {r.cycle}[/bold]: {len(r.proposed)} proposed ({r.infeasible} infeasible), {decided}; "
                   f"promoted {', '.join(r.promoted) or 'none'}; retired {', '.join(r.retired) or 'none'}; "
-                  f"benchmark v{r.version_before} -> v{r.version_after}; {r.rollouts} rollouts, {r.seconds:.0f} s",
+                  f"benchmark v{r.version_before} -> v{r.version_after}; {r.rollouts} rollouts, {r.seconds:.0f} s"
+                  + (f"; seeded from the failures of {', '.join(r.focus)} first (tied at the top)" if r.focus else ""),
                   soft_wrap=True, highlight=False)
     # held-out seeds chose nothing; the selection seeds' rate is shown beside it because the gap is
     # the selection bias (a scenario was promoted because a model failed on those very seeds)

@@ -8,6 +8,7 @@ mutates at a time and in cycle order). The mutator answers it from the log: the 
 as they stood at the cycle's ``clusters_position`` (the latest ClusterUpdated of each cluster
 before it), the active benchmark at the cycle's version as the parents, and the cycle's seed.
 Failure-guided cycles draw operators from the clusters' failure types (streams/mutations/chooser.py),
+the clusters of the cycle's ``focus_models`` (ranked models tied at the top) first,
 blind cycles the same operators with random parameters and no seed, coverage cycles the next
 points of a fixed grid of factors and magnitudes over the base scenarios (streams/mutations/coverage.py).
 Every candidate goes through the feasibility pre-check ``check`` the edge passes (robosuite:
@@ -111,7 +112,8 @@ class MutatorRunner:
                 if parents else None
         else:
             seeds = q.cluster_events(self.store, before_position=cycle["clusters_position"])
-            generated = guided_candidates(seeds, cycle["seed"], cfg, parents, exclude)
+            generated = guided_candidates(seeds, cycle["seed"], cfg, parents, exclude,
+                                          focus=cycle.get("focus_models") or ())
         if cycle["generator"] != COVERAGE:
             candidates = generated.candidates[:cycle["max_candidates"]] if generated else []
         proposal = propose(candidates, self.check)

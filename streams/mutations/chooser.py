@@ -9,7 +9,9 @@ compositions of promoted factors; and the feasibility pre-check before anything 
     proposal.proposed[0].feasibility.to_json()
     proposal = propose_guided(cluster_events, seed=7, parents=active_by_id)   # both steps at once
 
-Failure-guided: for each live cluster (size > 0; largest first, at most ``max_clusters``) the
+Failure-guided: for each live cluster (size > 0; largest first, at most ``max_clusters``; with
+``focus`` models given, the clusters holding most of their episodes first: the rare failures and
+fragile successes of models tied at the top, the only ones that can separate them) the
 operator is drawn from the cluster's root failure types (the first moment of its episodes; the
 types of all moments when no root types are given; the dominant type as the last resort) through
 FAILURE_OPERATORS, except with probability ``exploration``, when it is drawn uniformly from every
@@ -175,9 +177,10 @@ class _Collector:
 
 def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed: int,
                       config: ChooserConfig | None = None, parents: Mapping[str, ScenarioSpec] | None = None,
-                      exclude: Iterable[str] = ()) -> Generated:
+                      exclude: Iterable[str] = (), focus: Sequence[str] = ()) -> Generated:
     """Failure-guided candidates from ClusterUpdated dicts (or FailureSeeds). ``exclude``:
-    scenario ids not to propose again (the active benchmark, earlier candidates)."""
+    scenario ids not to propose again (the active benchmark, earlier candidates); ``focus``: model
+    ids whose clusters go first."""
     cfg = config or ChooserConfig()
     parents = parents or {}
     col = _Collector(exclude)
@@ -192,7 +195,13 @@ def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed:
     for s in seeds:  # the latest revision of each cluster
         if s.cluster_id not in latest or s.revision >= latest[s.cluster_id].revision:
             latest[s.cluster_id] = s
-    live = sorted((s for s in latest.values() if s.size > 0), key=lambda s: (-s.size, s.cluster_id))
+    def focus_share(s: FailureSeed) -> int:
+        return sum(s.model_counts.get(m, 0) for m in focus)
+    live = sorted((s for s in latest.values() if s.size > 0 and (not focus or focus_share(s) > 0)),
+                  key=lambda s: (-focus_share(s), -s.size, s.cluster_id))
+    if focus:  # the others after: a focus with few clusters still fills the cycle
+        live += sorted((s for s in latest.values() if s.size > 0 and focus_share(s) == 0),
+                       key=lambda s: (-s.size, s.cluster_id))
     for s in live[:cfg.max_clusters]:
         try:
             parent = _parent_of(s, parents)
@@ -333,9 +342,10 @@ def propose(candidates: Sequence[Candidate], check: Callable[[ScenarioSpec], Any
 
 def propose_guided(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed: int,
                    config: ChooserConfig | None = None, parents: Mapping[str, ScenarioSpec] | None = None,
-                   exclude: Iterable[str] = (), check: Callable[[ScenarioSpec], Any] | None = None) -> Proposal:
+                   exclude: Iterable[str] = (), check: Callable[[ScenarioSpec], Any] | None = None,
+                   focus: Sequence[str] = ()) -> Proposal:
     """guided_candidates(), then propose(): what a cycle's failure-guided arm proposes."""
-    generated = guided_candidates(clusters, seed, config, parents, exclude)
+    generated = guided_candidates(clusters, seed, config, parents, exclude, focus)
     proposal = propose(generated.candidates, check)
     proposal.skipped = generated.skipped
     return proposal

@@ -137,6 +137,7 @@ class FailureSeed:
     site: dict[str, float]
     scenario_counts: dict[str, int]
     representative_scenario: ScenarioSpec | LiberoScenario | None
+    model_counts: dict[str, int] = field(default_factory=dict)  # the cluster's episodes per model
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> FailureSeed:
@@ -175,7 +176,7 @@ class FailureSeed:
                    dominant_failure_type=str(event.get("dominant_failure_type", "") or ""),
                    failure_types=num_map("failure_types"), root_types=num_map("root_types"),
                    site=num_map("site"), scenario_counts=num_map("scenario_counts", int),
-                   representative_scenario=spec)
+                   representative_scenario=spec, model_counts=num_map("model_counts", int))
 
     def _xy(self, prefix: str, env_name: str) -> np.ndarray | None:
         x, y = self.site.get(f"{prefix}_x"), self.site.get(f"{prefix}_y")

@@ -61,3 +61,28 @@ def test_adjacent_pairs_are_ordered_by_held_out_success_and_told_apart_after_hol
     assert (first.better, first.worse, first.separated) == ("a", "b", True)
     assert (first.test.only_1, first.test.only_2) == (16, 0) and first.holm_p < 0.001
     assert (second.better, second.worse, second.separated) == ("b", "c", False)
+
+
+def test_the_models_tied_at_the_top_are_read_on_the_selection_seeds(store):
+    """tied_top: two or more ranked models at >= 95% on the version's selection sweep (the oracle
+    apart), whatever the held-out seeds say; one model alone at the top is no tie."""
+    from infra.orchestrator import tied_top
+    from producers.sim.models import ModelConfig
+    from producers.sim.policies import Skill
+
+    log = EvidenceLog()
+    base = spec("base")
+    models = [ModelConfig(model_id=m, version="1", kind="oracle" if m == "oracle" else "scripted", skill=Skill())
+              for m in ("oracle", "a", "b", "c")]
+    for m in models:
+        log.register(m.model_id, m.kind)
+    log.promoted(base, 1)
+    won = {"oracle": 20, "a": 20, "b": 19, "c": 12}  # of 20 selection seeds
+    for m, k in won.items():
+        for i, seed in enumerate(selection_seeds(20)):
+            log.episode(m, base, seed, success=i < k)
+        for seed in held_out_seeds(20):  # on fresh seeds b falls off: not what chooses
+            log.episode(m, base, seed, success=m != "b")
+    store_events(store, log.events)
+    assert tied_top(store, 1, models) == ("a", "b")
+    assert tied_top(store, 1, [m for m in models if m.model_id != "b"]) == ()

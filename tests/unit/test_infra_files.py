@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import typer.main
 import yaml
+from store_events import event, store_events
 
 from consumers.evidence.exceptions import StoreQueryError
 from consumers.evidence.store import MIGRATIONS_DIR, migrate
@@ -30,7 +31,6 @@ from infra.cli import app
 from infra.settings import Settings, load_settings
 from producers.seeds import HELD_OUT_FROM
 from schemas.catalog import TOPICS
-from tests.store_events import event, store_events
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO / "infra" / "compose"

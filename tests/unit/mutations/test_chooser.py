@@ -198,3 +198,17 @@ def test_propose_guided_and_blind_generate_then_check():
     assert [s.key for s in guided.skipped] == ["cluster bad"]
     blind = propose_blind([BASE], 5, seed=1, check=check)
     assert len(blind.proposed) + len(blind.infeasible) == 5
+
+
+def test_focus_models_put_their_clusters_first():
+    """The largest cluster goes first, unless models tied at the top are named: then the cluster
+    holding most of their episodes (their rare failures), and the rest after it."""
+    clusters = [cluster("c-big", {"slip": 1.0}, size=9, model_counts={"clumsy": 9}),
+                cluster("c-top", {"knocked_object": 1.0}, size=2, model_counts={"expert": 1, "skilled": 1}),
+                cluster("c-mid", {"grasp_miss": 1.0}, size=4, model_counts={"novice": 3, "expert": 1})]
+    cfg = ChooserConfig(exploration=0.0, candidates_per_cluster=1)
+    plain = guided_candidates(clusters, seed=1, config=cfg)
+    assert [c.source_cluster_id for c in plain.candidates] == ["c-big", "c-mid", "c-top"]
+    focused = guided_candidates(clusters, seed=1, config=cfg, focus=("expert", "skilled"))
+    assert [c.source_cluster_id for c in focused.candidates] == ["c-top", "c-mid", "c-big"]
+    assert FailureSeed.from_event(clusters[1]).model_counts == {"expert": 1, "skilled": 1}
