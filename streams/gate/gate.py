@@ -53,6 +53,7 @@ from datetime import datetime, timedelta
 
 from schemas.events import make_event
 from streams.exceptions import ConfigError
+from streams.mutations.operators import MAX_ACTIVE_PER_FACTOR
 
 GATE_VERSION = "gate/1.0"
 PRODUCER = "promotion-gate"
@@ -69,7 +70,7 @@ class GateConfig:
     # outcomes differing on at most this share of the shared seeds, for every model = redundant
     redundancy_tolerance: float = 0.10
     redundancy_min_pairs: int = 8  # shared seeds per model the paired comparison needs
-    max_per_factor: int = 2  # active scenarios changing one factor, at most (breadth)
+    max_per_factor: int = MAX_ACTIVE_PER_FACTOR  # active scenarios changing one factor, at most (breadth)
     # every registered model at or above this success rate ... (below the report's "saturated", 0.95:
     # benchmark_state.SATURATION_RATE says why)
     retire_min_success: float = 0.90

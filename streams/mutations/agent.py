@@ -8,7 +8,8 @@ mutates at a time and in cycle order). The mutator answers it from the log: the 
 as they stood at the cycle's ``clusters_position`` (the latest ClusterUpdated of each cluster
 before it), the active benchmark at the cycle's version as the parents, and the cycle's seed.
 Failure-guided cycles draw operators from the clusters' failure types (streams/mutations/chooser.py),
-the clusters of the cycle's ``focus_models`` (ranked models tied at the top) first,
+the clusters of the cycle's ``focus_models`` (ranked models tied at the top) first, and never an
+operator whose factors the benchmark tests to the gate's cap (chooser.Coverage),
 blind cycles the same operators with random parameters and no seed, coverage cycles the next
 points of a fixed grid of factors and magnitudes over the base scenarios (streams/mutations/coverage.py).
 Every candidate goes through the feasibility pre-check ``check`` the edge passes (robosuite:
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -39,7 +41,7 @@ from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 from schemas.events import make_event
 from streams.deadletter import Intake, Outgoing, RawMessage
-from streams.mutations.chooser import ChooserConfig, blind_candidates, guided_candidates, propose
+from streams.mutations.chooser import ChooserConfig, Coverage, blind_candidates, guided_candidates, propose
 from streams.mutations.coverage import GENERATOR as COVERAGE
 from streams.mutations.coverage import coverage_candidates
 from streams.mutations.operators import MUTATOR_VERSION, scenario_from_dict
@@ -112,8 +114,9 @@ class MutatorRunner:
                 if parents else None
         else:
             seeds = q.cluster_events(self.store, before_position=cycle["clusters_position"])
+            tested = Counter(a.factor for a in (benchmark.scenarios if benchmark else ()))
             generated = guided_candidates(seeds, cycle["seed"], cfg, parents, exclude,
-                                          focus=cycle.get("focus_models") or ())
+                                          focus=cycle.get("focus_models") or (), coverage=Coverage(dict(tested)))
         if cycle["generator"] != COVERAGE:
             candidates = generated.candidates[:cycle["max_candidates"]] if generated else []
         proposal = propose(candidates, self.check)

@@ -45,6 +45,8 @@ from producers.sim.scenario import ScenarioSpec
 from streams.mutations.exceptions import CompositionError, OperatorError, SeedError
 from streams.mutations.libero_operators import LiberoChooserConfig, libero_family
 from streams.mutations.operators import (
+    MAX_ACTIVE_PER_FACTOR,
+    OPERATOR_FACTORS,
     OPERATORS,
     Candidate,
     FailureSeed,
@@ -122,11 +124,33 @@ def operator_weights(seed: FailureSeed,
     return {op: w for op, w in weights.items() if w > 0}
 
 
-def _choose(seed: FailureSeed, rng, config: ChooserConfig, family: OperatorFamily) -> tuple[str, str]:
-    weights = operator_weights(seed, family.failure_operators)
+@dataclass(frozen=True)
+class Coverage:
+    """What the active benchmark already tests: factor -> its active scenarios. An operator whose
+    every factor is at MAX_ACTIVE_PER_FACTOR is not drawn (the gate would turn its candidate away
+    for breadth), and exploration draws from the operators that reach a factor the benchmark does
+    not test yet, while there are any: a benchmark of one factor ranks models by one skill."""
+
+    factors: Mapping[str, int] = field(default_factory=dict)
+
+    def full(self, op: str, family: OperatorFamily) -> bool:
+        reach = OPERATOR_FACTORS.get(op) if family.benchmark == "robosuite" else None
+        return bool(reach) and all(self.factors.get(f, 0) >= MAX_ACTIVE_PER_FACTOR for f in reach)
+
+    def new(self, op: str, family: OperatorFamily) -> bool:
+        reach = OPERATOR_FACTORS.get(op) if family.benchmark == "robosuite" else None
+        return not reach or any(self.factors.get(f, 0) == 0 for f in reach)
+
+
+def _choose(seed: FailureSeed, rng, config: ChooserConfig, family: OperatorFamily,
+            coverage: Coverage = Coverage()) -> tuple[str, str]:
+    weights = {op: w for op, w in operator_weights(seed, family.failure_operators).items()
+               if not coverage.full(op, family)}
     explore = float(rng.random()) < config.exploration
     if explore or not weights:
-        names = sorted(family.exploration_operators)
+        names = sorted(op for op in family.exploration_operators if not coverage.full(op, family))
+        fresh = [op for op in names if coverage.new(op, family)]
+        names = fresh or names or sorted(family.exploration_operators)
         return names[int(rng.integers(len(names)))], "exploration"
     names = sorted(weights)
     total = sum(weights[n] for n in names)
@@ -177,10 +201,11 @@ class _Collector:
 
 def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed: int,
                       config: ChooserConfig | None = None, parents: Mapping[str, ScenarioSpec] | None = None,
-                      exclude: Iterable[str] = (), focus: Sequence[str] = ()) -> Generated:
+                      exclude: Iterable[str] = (), focus: Sequence[str] = (),
+                      coverage: Coverage = Coverage()) -> Generated:
     """Failure-guided candidates from ClusterUpdated dicts (or FailureSeeds). ``exclude``:
     scenario ids not to propose again (the active benchmark, earlier candidates); ``focus``: model
-    ids whose clusters go first."""
+    ids whose clusters go first; ``coverage``: what the benchmark tests already (Coverage)."""
     cfg = config or ChooserConfig()
     parents = parents or {}
     col = _Collector(exclude)
@@ -212,7 +237,7 @@ def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed:
         for i in range(cfg.candidates_per_cluster):
             _draw(col, f"cluster {s.cluster_id} #{i}", cfg,
                   lambda a, s=s, i=i: rng_for(seed, "guided", s.cluster_id, i, a),
-                  lambda rng, s=s, family=family: _choose(s, rng, cfg, family), parent, s, family)
+                  lambda rng, s=s, family=family: _choose(s, rng, cfg, family, coverage), parent, s, family)
     return Generated(col.out, col.skipped)
 
 

@@ -75,6 +75,10 @@ ROUND_DIGITS = 4  # 0.1 mm, 0.1 g, 1e-4 of a friction coefficient
 GENERATORS = ("failure-guided", "blind", "coverage", "composition", "base")
 FACTORS = ("placement", "pose", "friction", "mass", "colour", "distractors", "instruction", "horizon", "hold",
            "place", "time_budget", "composition", "camera", "lighting")  # the last two: LIBERO's pixel-only axes
+# Active scenarios changing one factor, at most: the gate's breadth check turns a further one away
+# (streams/gate/gate.py), so the chooser does not spend a candidate on an operator whose every
+# factor is there already.
+MAX_ACTIVE_PER_FACTOR = 2
 # Conservative horizontal half-extent of a task object (the Lift cube's half-diagonal is 0.03 m).
 OBJECT_RADIUS_M = 0.03
 # A hand closer than this (horizontally) to the object at the failure was above it: no path there.
@@ -543,6 +547,11 @@ def time_budget(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.G
 
 
 Operator = Callable[[ScenarioSpec, "FailureSeed | None", np.random.Generator, OperatorConfig], Candidate]
+# operator -> the factors its candidates may change (the module docstring's list)
+OPERATOR_FACTORS: dict[str, tuple[str, ...]] = {
+    "pose": ("placement", "pose"), "material": ("friction", "mass", "colour"), "distractor": ("distractors",),
+    "paraphrase": ("instruction",), "horizon_extension": ("hold", "place"), "time_budget": ("time_budget",),
+}
 OPERATORS: dict[str, Operator] = {
     "pose": pose,
     "material": material,

@@ -10,6 +10,7 @@ from streams.mutations.chooser import (
     ChooserConfig,
     blind_candidates,
     compose,
+    family_for,
     guided_candidates,
     operator_weights,
     propose,
@@ -212,3 +213,22 @@ def test_focus_models_put_their_clusters_first():
     focused = guided_candidates(clusters, seed=1, config=cfg, focus=("expert", "skilled"))
     assert [c.source_cluster_id for c in focused.candidates] == ["c-top", "c-mid", "c-big"]
     assert FailureSeed.from_event(clusters[1]).model_counts == {"expert": 1, "skilled": 1}
+
+
+def test_an_operator_whose_factors_are_full_is_not_drawn_and_exploration_goes_where_nothing_is_tested():
+    """Two distractor scenarios active (the gate's cap): a knocked-object cluster, whose only
+    operator is the distractor, gets exploration draws instead, and those reach factors the
+    benchmark does not test yet (the material operator's friction is tested, but not its mass)."""
+    from streams.mutations.chooser import Coverage
+
+    knock = [cluster("c-knock", {"knocked_object": 1.0}, size=6)]
+    cfg = ChooserConfig(exploration=0.0, candidates_per_cluster=6)
+    assert {c.operator for c in guided_candidates(knock, seed=3, config=cfg).candidates} == {"distractor"}
+    tested = Coverage({"distractors": 2, "friction": 1, "hold": 2, "place": 1, "base": 1})
+    got = guided_candidates(knock, seed=3, config=cfg, coverage=tested).candidates
+    assert got and all(c.params["chosen_by"] == "exploration" for c in got)
+    # reaching an untested factor: pose (placement, pose), material (mass, colour), paraphrase, time budget
+    assert {c.operator for c in got} <= {"pose", "material", "paraphrase", "time_budget"}
+    family = family_for(BASE, cfg)
+    assert tested.full("distractor", family) and not tested.full("material", family)
+    assert not tested.new("horizon_extension", family) and tested.new("pose", family)
