@@ -5,7 +5,8 @@ Each arm runs the whole product on the embedded default in a fresh memory dir: `
 pipeline, streams worker with detector, clusterer, mutator and gate, rollout worker, critics),
 the models of producers/sim/configs/models.yaml (four ranked scripted models and the oracle), the
 base benchmark (Lift), then up to ``--cycles`` cycles of the loop (infra.orchestrator.evolve), a
-cycle starting only while the arm has spent less than ``--budget`` rollouts. The failure-guided arm
+cycle starting only while the arm's spend plus its cycles' mean cost stays within ``--budget``
+rollouts (infra.orchestrator.EvolveConfig.rollout_budget). The failure-guided arm
 seeds the mutator from the failure clusters. Two baselines get the rollouts the guided arm spent as
 their budget (up to ``--blind-cycles`` cycles each) and the same validation: the blind arm draws
 the same operators with random parameters and no seed; the coverage arm walks a fixed grid of

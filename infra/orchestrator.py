@@ -339,7 +339,8 @@ class EvolveConfig:
     base: tuple[dict, ...] = ()  # ScenarioSpec records of the base benchmark (promoted when nothing is)
     stage_timeout_s: float = STAGE_TIMEOUT_S  # each wait of a cycle gives up after this long
     fragile: bool = True  # the clusterer takes in fragile successes (Settings.cluster_fragile_successes)
-    rollout_budget: int | None = None  # no new cycle starts once the log holds this many episodes
+    # no new cycle starts once the log's episodes plus a cycle's mean cost so far would pass this
+    rollout_budget: int | None = None
     # no new cycle starts once every adjacent pair of ranked models is separated on held-out seeds
     stop_when_separated: bool = True
 
@@ -386,7 +387,10 @@ def evolve(store: EvidenceStore, publisher: Publisher, models: list[ModelConfig]
     _ensure_base(store, publisher, config, on_event, check)
     reports = []
     for k in range(1, config.cycles + 1):
-        if config.rollout_budget is not None and _episodes_spent(store) >= config.rollout_budget:
+        # a budget is a cap: no cycle starts that the cycles so far say would cross it
+        spent = _episodes_spent(store)
+        expected = sum(r.rollouts for r in reports) / len(reports) if reports else 0
+        if config.rollout_budget is not None and spent + expected > config.rollout_budget:
             on_event("budget", config.rollout_budget)
             break
         reports.append(_cycle(store, publisher, models, config, k, on_event, check))
