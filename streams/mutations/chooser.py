@@ -16,8 +16,7 @@ operator is drawn from the cluster's root failure types (the first moment of its
 types of all moments when no root types are given; the dominant type as the last resort) through
 FAILURE_OPERATORS, except with probability ``exploration``, when it is drawn uniformly from every
 operator (``params["chosen_by"]`` says "failure:<type>" or "exploration"). The parent is the
-cluster's representative scenario, else its most frequent scenario in ``parents``. Candidates are
-drawn breadth first: each cluster's first, then each one's second, and so on.
+cluster's representative scenario, else its most frequent scenario in ``parents``.
 
 Blind: the same operators with their blind parameter ranges, no cluster, an operator drawn
 uniformly, parents drawn uniformly from the given scenarios.
@@ -228,17 +227,14 @@ def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed:
     if focus:  # the others after: a focus with few clusters still fills the cycle
         live += sorted((s for s in latest.values() if s.size > 0 and focus_share(s) == 0),
                        key=lambda s: (-s.size, s.cluster_id))
-    usable = []
     for s in live[:cfg.max_clusters]:
         try:
-            usable.append((s, _parent_of(s, parents)))
+            parent = _parent_of(s, parents)
         except SeedError as exc:
             col.skipped.append(Skipped(f"cluster {s.cluster_id}", str(exc)))
-    # Breadth first: every cluster's first candidate before any cluster's second, so a cycle cut
-    # to max_candidates spans several failure modes instead of the largest cluster's alone.
-    for i in range(cfg.candidates_per_cluster):
-        for s, parent in usable:
-            family = family_for(parent, cfg)
+            continue
+        family = family_for(parent, cfg)
+        for i in range(cfg.candidates_per_cluster):
             _draw(col, f"cluster {s.cluster_id} #{i}", cfg,
                   lambda a, s=s, i=i: rng_for(seed, "guided", s.cluster_id, i, a),
                   lambda rng, s=s, family=family: _choose(s, rng, cfg, family, coverage), parent, s, family)

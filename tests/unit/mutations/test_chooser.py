@@ -232,10 +232,3 @@ def test_an_operator_whose_factors_are_full_is_not_drawn_and_exploration_goes_wh
     family = family_for(BASE, cfg)
     assert tested.full("distractor", family) and not tested.full("material", family)
     assert not tested.new("horizon_extension", family) and tested.new("pose", family)
-
-
-def test_candidates_are_drawn_breadth_first_across_clusters():
-    """A cycle cut to its first few candidates spans the clusters, not the largest one alone."""
-    cfg = ChooserConfig(exploration=0.0, candidates_per_cluster=3)
-    got = guided_candidates(CLUSTERS[:3], seed=1, config=cfg).candidates
-    assert [c.source_cluster_id for c in got[:3]] == ["c-slip", "c-knock", "c-miss"]
