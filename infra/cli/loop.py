@@ -56,6 +56,9 @@ def run(ctx: typer.Context,
             base = tuple(adapter.base_scenario(task.strip(), RUN_HORIZON) for task in env.split(",") if task.strip())
         else:
             raise ValueError(f"--benchmark must be robosuite or libero, got {benchmark!r}")
+        if generator not in orchestrator.GENERATOR_ARMS:
+            raise ValueError(f"--generator must be one of {', '.join(orchestrator.GENERATOR_ARMS)}, "
+                             f"got {generator!r}")
         config = orchestrator.EvolveConfig(run_id=run_id or f"run-{seed}", cycles=cycles,
                                            sweep_seeds=sweep_seeds or settings.sweep_seeds,
                                            measure_seeds=measure_seeds or sweep_seeds or settings.sweep_seeds,

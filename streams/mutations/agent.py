@@ -103,12 +103,10 @@ class MutatorRunner:
                 log.info("cycle %s: not mutating %s: %s", cycle_id, a.scenario_id, exc)
         exclude = set(parents) | {c.scenario_id for c in q.candidates(self.store)}
         cfg = self.config.chooser
-        skipped: dict[str, str] = {}
         seeds: list[dict] = []
         if cycle["generator"] == COVERAGE:  # the grid is walked over the base, whatever is active now
             bases = [scenario_from_dict(c.scenario) for c in q.candidates(self.store) if c.generator == "base"]
-            candidates, skipped = coverage_candidates(bases, cycle["max_candidates"], exclude)
-            generated = None
+            generated = coverage_candidates(bases, cycle["max_candidates"], exclude)
         elif cycle["generator"] == BLIND:
             generated = blind_candidates(list(parents.values()), cycle["max_candidates"], cycle["seed"], cfg, exclude) \
                 if parents else None
@@ -117,8 +115,7 @@ class MutatorRunner:
             tested = Counter(a.factor for a in (benchmark.scenarios if benchmark else ()))
             generated = guided_candidates(seeds, cycle["seed"], cfg, parents, exclude,
                                           focus=cycle.get("focus_models") or (), coverage=Coverage(dict(tested)))
-        if cycle["generator"] != COVERAGE:
-            candidates = generated.candidates[:cycle["max_candidates"]] if generated else []
+        candidates = generated.candidates[:cycle["max_candidates"]] if generated else []
         proposal = propose(candidates, self.check)
         at = cycle["envelope"]["event_time"]
         events = [make_event("CandidateProposed", (c.candidate.scenario_id,), PRODUCER, self.config.run_id,
@@ -126,7 +123,7 @@ class MutatorRunner:
                              feasibility_json=c.feasibility.to_json())
                   for c in proposal.proposed]
         infeasible = {c.candidate.scenario_id: c.feasibility.reason for c in proposal.infeasible}
-        skipped |= {s.key: s.reason for s in (generated.skipped if generated else [])}
+        skipped = {s.key: s.reason for s in (generated.skipped if generated else [])}
         events.append(make_event(
             "CandidatesGenerated", (cycle_id,), PRODUCER, self.config.run_id, event_time=at, cycle_id=cycle_id,
             generator=cycle["generator"], seeds=sorted({c.candidate.source_cluster_id for c in proposal.proposed

@@ -107,7 +107,7 @@ def family_for(parent: ScenarioSpec | LiberoScenario, config: ChooserConfig) -> 
     if isinstance(parent, LiberoScenario):
         return libero_family(config.libero)
     return OperatorFamily("robosuite", OPERATORS, FAILURE_OPERATORS, tuple(config.exploration_operators),
-                          config.operators)
+                          config.operators, OPERATOR_FACTORS)
 
 
 def operator_weights(seed: FailureSeed,
@@ -134,11 +134,11 @@ class Coverage:
     factors: Mapping[str, int] = field(default_factory=dict)
 
     def full(self, op: str, family: OperatorFamily) -> bool:
-        reach = OPERATOR_FACTORS.get(op) if family.benchmark == "robosuite" else None
+        reach = family.operator_factors.get(op, ())
         return bool(reach) and all(self.factors.get(f, 0) >= MAX_ACTIVE_PER_FACTOR for f in reach)
 
     def new(self, op: str, family: OperatorFamily) -> bool:
-        reach = OPERATOR_FACTORS.get(op) if family.benchmark == "robosuite" else None
+        reach = family.operator_factors.get(op, ())
         return not reach or any(self.factors.get(f, 0) == 0 for f in reach)
 
 

@@ -2,7 +2,7 @@
 baseline for failure-guided generation and as the way to build a broad reference suite.
 
     spec = fixed_variant(base, "friction", 0.06)         # one factor of the base at one magnitude
-    gen = coverage_candidates([base], n=4, exclude=seen) # the next n grid points not yet proposed
+    gen = coverage_candidates([base], n=4, exclude=seen) # Generated: the next n grid points not yet proposed
 
 No failure, no randomness: a grid point is (factor, magnitude) applied to a base scenario, and a
 cycle of the coverage arm proposes the next ``n`` grid points that are not in ``exclude`` (the
@@ -40,6 +40,7 @@ from producers.sim.scenario import (
     ScenarioError,
     ScenarioSpec,
 )
+from streams.mutations.chooser import Generated, Skipped
 from streams.mutations.exceptions import OperatorError
 from streams.mutations.operators import _TEMPLATES, Candidate, _placement_centre, _r, _s, _task_kind
 
@@ -132,30 +133,30 @@ def fixed_variant(parent: ScenarioSpec, factor: str, magnitude: float) -> Scenar
 
 
 def coverage_candidates(parents: Sequence[ScenarioSpec | LiberoScenario], n: int,
-                        exclude: Iterable[str] = ()) -> tuple[list[Candidate], dict[str, str]]:
+                        exclude: Iterable[str] = ()) -> Generated:
     """The next ``n`` grid points, over the parents in id order, whose scenarios are not in
-    ``exclude``; and the grid points skipped, with why (LIBERO parents are not on the grid)."""
+    ``exclude``, and the grid points skipped with why (LIBERO parents are not on the grid)."""
     seen = set(exclude)
-    out: list[Candidate] = []
-    skipped: dict[str, str] = {}
+    out = Generated([], [])
     for parent in sorted(parents, key=lambda p: p.scenario_id):
         if isinstance(parent, LiberoScenario):
-            skipped[parent.scenario_id] = "coverage: the grid is robosuite's; a LIBERO parent is not swept"
+            out.skipped.append(Skipped(parent.scenario_id, "coverage: the grid is robosuite's; a LIBERO parent "
+                                                           "is not swept"))
             continue
         for factor, magnitude in grid_order():
-            if len(out) >= n:
-                return out, skipped
+            if len(out.candidates) >= n:
+                return out
             try:
                 spec = fixed_variant(parent, factor, magnitude)
             except OperatorError as exc:
-                skipped[f"{parent.scenario_id} {factor}={magnitude}"] = str(exc)
+                out.skipped.append(Skipped(f"{parent.scenario_id} {factor}={magnitude}", str(exc)))
                 continue
             if spec.scenario_id in seen or spec.scenario_id == parent.scenario_id:
                 continue
             seen.add(spec.scenario_id)
-            out.append(Candidate(spec=spec, parent=parent, operator=OPERATOR_OF[factor], factor=factor,
-                                 params={"magnitude": _s(float(magnitude)), "level": _s(GRID[factor].index(magnitude)),
-                                         "chosen_by": GENERATOR},
-                                 generator=GENERATOR))
-    return out, skipped
-
+            out.candidates.append(Candidate(
+                spec=spec, parent=parent, operator=OPERATOR_OF[factor], factor=factor,
+                params={"magnitude": _s(float(magnitude)), "level": _s(GRID[factor].index(magnitude)),
+                        "chosen_by": GENERATOR},
+                generator=GENERATOR))
+    return out

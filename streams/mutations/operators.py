@@ -116,14 +116,16 @@ def scenario_from_dict(d: Mapping[str, Any]) -> ScenarioSpec | LiberoScenario:
 @dataclass(frozen=True)
 class OperatorFamily:
     """One benchmark's operators (name -> operator(parent, seed, rng, config) -> Candidate), the
-    failure types that choose them, what exploration draws from, and the operators' config. The
-    chooser picks the family by the parent's benchmark (chooser.family_for)."""
+    failure types that choose them, what exploration draws from, the operators' config and the
+    factors each operator may change (none given: the chooser's coverage rule leaves it alone).
+    The chooser picks the family by the parent's benchmark (chooser.family_for)."""
 
     benchmark: str
     operators: Mapping[str, Callable]
     failure_operators: Mapping[str, tuple[str, ...]]
     exploration_operators: tuple[str, ...]
     config: Any
+    operator_factors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # -- the failure seed ---------------------------------------------------------------------------

@@ -27,3 +27,14 @@ def test_rollout_refuses_bad_input_in_one_line_with_exit_2(tmp_path, args, said)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], result.stderr  # one line, whatever the terminal's width
     assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir()), "nothing was started"
+
+
+def test_run_refuses_an_unknown_generator_in_one_line_before_starting_anything(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "infra.cli", "--memory-dir", str(tmp_path / "m"), "run",
+                             "--generator", "nonsense"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            env={"PATH": "/usr/bin:/bin", "COLUMNS": "40", "HOME": str(tmp_path)})
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert lines == ["error: --generator must be one of failure-guided, blind, coverage, got 'nonsense'"], \
+        result.stderr
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir()), "nothing was started"

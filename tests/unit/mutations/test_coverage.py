@@ -35,13 +35,13 @@ def test_a_distractor_sits_in_the_approach_and_a_time_budget_cuts_the_horizon():
 
 
 def test_candidates_skip_what_was_proposed_and_what_does_not_apply():
-    first, _ = coverage_candidates([LIFT], 4)
-    nxt, _ = coverage_candidates([LIFT], 4, exclude={c.scenario_id for c in first})
+    first = coverage_candidates([LIFT], 4).candidates
+    nxt = coverage_candidates([LIFT], 4, exclude={c.scenario_id for c in first}).candidates
     assert [c.factor for c in first + nxt] == [f for f, _ in grid_order()[:8]]
     assert {c.generator for c in first} == {"coverage"} and all(c.params["chosen_by"] == "coverage" for c in first)
     stack = ScenarioSpec(env_name="Stack", horizon=300, instruction="stack the red cube on the green cube")
-    cands, skipped = coverage_candidates([stack], 100)
-    assert "place" not in {c.factor for c in cands}
-    assert any("place applies to a Lift scenario" in why for why in skipped.values())
+    swept = coverage_candidates([stack], 100)
+    assert "place" not in {c.factor for c in swept.candidates}
+    assert any("place applies to a Lift scenario" in s.reason for s in swept.skipped)
     with pytest.raises(OperatorError, match="unknown factor 'gravity'"):
         fixed_variant(LIFT, "gravity", 1.0)
