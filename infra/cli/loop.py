@@ -116,8 +116,8 @@ def _show(kind: str, value, status) -> None:
         "settled": lambda v: f"sweep done: {v.episodes} episodes, {v.failed} failed, {v.fragile} fragile successes, "
                              f"{v.clustered} of them clustered",
         "cycle": lambda v: f"cycle {v['cycle_id']} opened at clusterer position {v['clusters_position']}"
-                           + (f"; going after the failures of {', '.join(v['focus'])}, tied at the top"
-                              if v.get("focus") else ""),
+                           + (f"; seeding from the failures of {', '.join(v['focus'])} first (each >= 95% on the "
+                              "sweep: the benchmark cannot order them)" if v.get("focus") else ""),
         "generated": lambda v: f"{len(v.proposed)} candidates proposed ({v.infeasible} infeasible); validating",
         "measure": lambda v: f"measuring benchmark v{v['version']} on held-out seeds ({v['requests']} requests)",
     }
@@ -138,7 +138,7 @@ def _print_cycle(r) -> None:
     console.print(f"[bold]cycle {r.cycle}[/bold]: {len(r.proposed)} proposed ({r.infeasible} infeasible), {decided}; "
                   f"promoted {', '.join(r.promoted) or 'none'}; retired {', '.join(r.retired) or 'none'}; "
                   f"benchmark v{r.version_before} -> v{r.version_after}; {r.rollouts} rollouts, {r.seconds:.0f} s"
-                  + (f"; seeded from the failures of {', '.join(r.focus)} first (tied at the top)" if r.focus else ""),
+                  + (f"; seeded from the failures of {', '.join(r.focus)} first" if r.focus else ""),
                   soft_wrap=True, highlight=False)
     # held-out seeds chose nothing; the selection seeds' rate is shown beside it because the gap is
     # the selection bias (a scenario was promoted because a model failed on those very seeds)
