@@ -52,7 +52,7 @@ from infra.kafka_clients import ensure_topics, make_producer, producer_config  #
 from producers.keyframes import KeyframeStore  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
 from producers.recorder import SIGNAL_FIELDS, EpisodeIdentity, EpisodeRecorder  # noqa: E402
-from producers.rollout_worker import RolloutPool, rollout_request  # noqa: E402
+from producers.rollout_worker import RolloutPool, rollout_request, simulate_seeds  # noqa: E402
 from producers.sim.envs import make_env  # noqa: E402
 from producers.sim.policies import make_policy  # noqa: E402
 from producers.sim.scenario import ScenarioSpec  # noqa: E402
@@ -63,6 +63,7 @@ HORIZON = 150
 POOL_HORIZON = 200
 POOL_MODEL = "scripted-clumsy"
 EPISODES_PER_PROCESS = 4
+POOL_ROUNDS = 3  # bare and recorded requests, alternated
 REPEATS = 5
 
 
@@ -159,15 +160,26 @@ def cpu_seconds(pids: list[int]) -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def timed_request(pool: RolloutPool, pids: list[int], spec: ScenarioSpec, seeds: list[int], run_id: str):
+def timed_request(pool: RolloutPool, pids: list[int], request: dict):
     """(summaries, wall seconds, CPU seconds the pool's processes used meanwhile or None)."""
-    request = rollout_request(spec.to_dict(), POOL_MODEL, seeds, run_id=run_id)
     cpu0 = cpu_seconds(pids)
     start = time.perf_counter()
     summaries = pool.run(request)
     wall = time.perf_counter() - start
     cpu1 = cpu_seconds(pids)
     return summaries, wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+
+
+def timed_bare(pool: RolloutPool, pids: list[int], request: dict) -> tuple[int, float, float | None]:
+    """The request's episodes in the pool's processes, one task per seed as RolloutPool.run hands
+    them out, with nothing recorded or published: (steps, wall seconds, CPU seconds or None)."""
+    cpu0 = cpu_seconds(pids)
+    start = time.perf_counter()
+    futures = [pool.executor.submit(simulate_seeds, request, [seed]) for seed in request["seeds"]]
+    steps = sum(f.result() for f in futures)
+    wall = time.perf_counter() - start
+    cpu1 = cpu_seconds(pids)
+    return steps, wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
 
 
 def cpu_note(steps: int, cpu: float | None) -> str:
@@ -239,17 +251,28 @@ def main() -> int:
         pool = RolloutPool(producer_config(bootstrap), prefix, Codec(), Path(tmp) / "kf", args.processes)
         steady_spec = ScenarioSpec(env_name="Lift", horizon=POOL_HORIZON, instruction="lift the cube")
         pids = pool.warm(steady_spec.to_dict())  # spawn + imports + env build in every process: not timed
+        pool.warm(steady_spec.to_dict(), keyframes=False)  # the env the bare loops run in
         warm_s = time.perf_counter() - t0
         seeds = list(range(EPISODES_PER_PROCESS * args.processes))
+        published, published_steps = set(), 0
+        rounds = []  # (bare, recorded) per round: each a (steps, wall s, CPU s)
         try:
-            steady, steady_s, steady_cpu = timed_request(pool, pids, steady_spec, seeds, run_id="bench-steady")
+            for rep in range(POOL_ROUNDS):  # alternated, so drift in machine load hits both alike
+                request = rollout_request(steady_spec.to_dict(), POOL_MODEL, seeds, run_id=f"bench-steady-{rep}")
+                bare = timed_bare(pool, pids, request)
+                summaries, wall, cpu = timed_request(pool, pids, request)
+                rounds.append((bare, (sum(s.steps for s in summaries), wall, cpu)))
+                published.update(s.episode_id for s in summaries)
+                published_steps += sum(s.steps for s in summaries)
             cold_spec = steady_spec.mutate(placement_x_range=(-0.02, 0.02))  # a scenario no process has seen
-            cold, cold_s, cold_cpu = timed_request(pool, pids, cold_spec, seeds, run_id="bench-cold")
+            cold, cold_s, cold_cpu = timed_request(pool, pids, rollout_request(cold_spec.to_dict(), POOL_MODEL, seeds,
+                                                                               run_id="bench-cold"))
         finally:
             pool.close()
-        steady_steps, cold_steps = sum(s.steps for s in steady), sum(s.steps for s in cold)
-        on_broker = count_steps(bootstrap, f"{prefix}rollout.steps", {s.episode_id for s in steady + cold},
-                                steady_steps + cold_steps)
+        cold_steps = sum(s.steps for s in cold)
+        published.update(s.episode_id for s in cold)
+        published_steps += cold_steps
+        on_broker = count_steps(bootstrap, f"{prefix}rollout.steps", published, published_steps)
 
     bare_ms = statistics.median(per_step[None]) * 1000
     stock, lean = (statistics.median(r[0] for r in stock_rates), statistics.median(r[0] for r in lean_rates))
@@ -271,14 +294,23 @@ def main() -> int:
     print(f"one Step event: build {build_us:.1f} us + Avro encode {encode_us:.1f} us + produce {publish_us:.1f} us")
     print(f"signals() alone: {signals_ms:.3f} ms/step = {100 * signals_ms / bare_ms:.1f}% of the bare loop")
     print(f"pool of {args.processes} (pids {pids}): spawn + imports + env build took {warm_s:.1f} s, not timed")
-    print(f"  steady state:  {steady_steps} published steps in {steady_s:.1f} s = {steady_steps / steady_s:,.0f} "
-          f"env steps/s (no keyframes, {POOL_MODEL}, {len(seeds)} episodes){cpu_note(steady_steps, steady_cpu)}")
+    wall_ratios = [(r[0] / r[1]) / (b[0] / b[1]) for b, r in rounds]
+    cpu_ratios = [(r[0] / r[2]) / (b[0] / b[2]) for b, r in rounds if b[2] and r[2]]
+    for rep, (bare, recorded) in enumerate(rounds):
+        print(f"  round {rep}: bare loops {bare[0]} steps in {bare[1]:.2f} s = {bare[0] / bare[1]:,.0f} env steps/s"
+              f"{cpu_note(bare[0], bare[2])}; recorded and published {recorded[0]} steps in {recorded[1]:.2f} s = "
+              f"{recorded[0] / recorded[1]:,.0f} env steps/s{cpu_note(recorded[0], recorded[2])}")
+    print(f"  steady state ({POOL_MODEL}, {len(seeds)} episodes, horizon {POOL_HORIZON}, no keyframes but each "
+          f"failure's final one), the pool against the bare loops it runs (the same episodes in the same "
+          f"processes, nothing recorded or published), median of {len(rounds)} rounds: ratio "
+          f"{statistics.median(wall_ratios):.2f} of the env steps/s"
+          + (f", ratio {statistics.median(cpu_ratios):.2f} of the steps per CPU-second" if cpu_ratios else ""))
     print(f"  new scenario:  {cold_steps} published steps in {cold_s:.1f} s = {cold_steps / cold_s:,.0f} "
           f"env steps/s (each process builds the env inside the timed window){cpu_note(cold_steps, cold_cpu)}")
-    print(f"  Step events read back from the broker: {on_broker} of {steady_steps + cold_steps}"
-          + ("" if on_broker == steady_steps + cold_steps else "  MISMATCH"))
+    print(f"  Step events read back from the broker: {on_broker} of {published_steps}"
+          + ("" if on_broker == published_steps else "  MISMATCH"))
     print(f"keyframe 128x128 render + PNG + store: {keyframe_ms:.1f} ms/frame")
-    return 0 if on_broker == steady_steps + cold_steps else 1
+    return 0 if on_broker == published_steps else 1
 
 
 if __name__ == "__main__":

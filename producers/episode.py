@@ -99,8 +99,17 @@ class Episode:
         """Called just before the env steps at ``t``; an exception is an env_error. Nothing here."""
 
     def final_keyframe(self) -> np.ndarray | None:
-        """The frame an episode that ended in success or timeout keeps (env built with keyframes)."""
+        """The frame an episode keeps at its end (see keeps_final_frame)."""
         return self.env.render_keyframe(self.keyframe_size)
+
+    def keeps_final_frame(self, termination: str) -> bool:
+        """Whether the episode ends with a keyframe: a timeout always does (the failure clusters and
+        the report show a failure by its final frame); a success only when the episode renders
+        keyframes anyway (``keyframe_every`` > 0: the semantic judge reads the oracle's validation
+        rollouts whole). Nothing reads a sweep success's last frame, and on a CPU renderer that
+        frame costs ~50 ms, a sixth of a short episode. Errors keep none: the sim may be broken."""
+        return self.env.keyframes and (termination == "timeout"
+                                       or (termination == "success" and self.keyframe_every > 0))
 
     def __iter__(self) -> Iterator[StepRecord]:
         env, policy, rule = self.env, self.policy, self.rule
@@ -151,7 +160,7 @@ class Episode:
     def _finish(self, success: bool, termination: str, steps: int, total: float, tts: int | None,
                 error: str | None) -> None:
         frame = None
-        if self.env.keyframes and termination in ("success", "timeout"):
+        if self.keeps_final_frame(termination):
             frame = self.final_keyframe()
         self.outcome = EpisodeOutcome(seed=self.seed, success=success, termination=termination, steps=steps,
                                       total_reward=total, time_to_success=tts, error=error, final_keyframe=frame)

@@ -40,6 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from producers.adapters import adapter_for
@@ -49,7 +50,7 @@ from producers.keyframes import KeyframeStore
 from producers.parent_death import die_with_parent
 from producers.publisher import Publisher
 from producers.recorder import EpisodeIdentity, EpisodeSummary, record_episode, simulator_versions
-from producers.sim.models import ModelConfig, load_models
+from producers.sim.models import ModelConfig, registered_models
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from schemas.events import dead_letter, make_event, refusal_reason, stable_id
@@ -129,9 +130,16 @@ def _cached_producer(producer_config: dict) -> Producer:
 
 
 def warm_env(scenario: dict, keyframes: bool) -> int:
-    """Pool task: builds the scenario's env in this process, then waits at the barrier until every
-    process has, so each process gets exactly one of the pool's warm-up tasks. Returns the pid."""
-    _cached_env(adapter_for(scenario["benchmark"]), scenario, keyframes)
+    """Pool task: builds the scenario's env in this process and runs one throwaway step (and
+    frame), then waits at the barrier until every process has, so each process gets exactly one of
+    the pool's warm-up tasks. Returns the pid. The step pays what a process pays once, on its first
+    episode (~1.5 CPU-s: numba's compiled arithmetic loaded from its cache, the GL context and its
+    shaders); an episode is a function of (scenario, seed) alone, so it changes no later episode."""
+    env = _cached_env(adapter_for(scenario["benchmark"]), scenario, keyframes)
+    env.reset(0)
+    env.step(np.zeros(env.action_dim))
+    if keyframes:
+        env.render_keyframe()
     if _warm_barrier is not None:
         _warm_barrier.wait(WARM_TIMEOUT_S)
     return os.getpid()
@@ -154,7 +162,7 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
     returns. Runs in a pool process, with that process's cached env and producer."""
     from producers.sim.rollout import Episode  # robosuite: imported by the pool's processes only
 
-    models = {m.model_id: m for m in load_models(models_path or None)}
+    models = registered_models(models_path or None)
     if request["model_id"] not in models:
         raise KeyError(f"model {request['model_id']!r} is not registered; known: {sorted(models)}")
     model: ModelConfig = models[request["model_id"]]
@@ -182,6 +190,22 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
         raise
     publisher.flush()
     return summaries
+
+
+def simulate_seeds(request: dict, seeds: list[int], models_path: str | None = None) -> int:
+    """Pool task: the request's episodes as the simulator alone runs them (reset, policy, step,
+    signals), nothing recorded, rendered or published; returns the steps run. What run_seeds costs
+    beyond it is the worker's own overhead (bench/rollout.py prints the two side by side)."""
+    from producers.sim.rollout import Episode
+
+    model = registered_models(models_path or None)[request["model_id"]]
+    scenario = request["scenario"]
+    env = _cached_env(adapter_for(scenario["benchmark"]), scenario, False)
+    steps = 0
+    for seed in seeds:
+        episode = Episode(env, model.make_policy(), seed)
+        steps += sum(1 for _ in episode)
+    return steps
 
 
 class RolloutPool:

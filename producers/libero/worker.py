@@ -81,10 +81,10 @@ class LiberoModel:
 def load_libero_models(models_path: str | Path | None = None,
                        policy_servers: dict[str, str] | None = None) -> dict[str, LiberoModel]:
     """The registry's scripted models plus the openpi servers, by model id."""
-    from producers.sim.models import load_models
+    from producers.sim.models import registered_models
 
     models = {m.model_id: LiberoModel(m.model_id, m.version, m.kind, skill=m.skill)
-              for m in load_models(models_path or None)}
+              for m in registered_models(models_path or None).values()}
     for model_id, uri in (policy_servers or {}).items():
         if not uri.startswith(("ws://", "wss://")):
             raise ValueError(f"policy server for {model_id!r} must be a ws:// or wss:// URI, got {uri!r}")

@@ -269,9 +269,10 @@ def test_worker_serves_libero_requests_survives_a_kill_and_the_detector_reads_it
     assert not [e for e in events if e["envelope"]["event_type"] == "DeadLetter"]
     assert all(e["benchmark"] == "libero" and e["scenario"]["benchmark"] == "libero" for e in started.values())
     assert sum(e["success"] for e in ended.values()) >= 5  # the oracle (each seed is another init state)
-    keyframes = tmp_path / "mem" / "keyframes"  # keyframe_every 0: the final keyframe only
+    keyframes = tmp_path / "mem" / "keyframes"  # keyframe_every 0: a timeout's final keyframe, a success's none
+    assert all((e["final_keyframe_sha256"] is None) == (e["termination"] == "success") for e in ended.values())
     assert all((keyframes / e["final_keyframe_sha256"][:2] / f"{e['final_keyframe_sha256']}.png").exists()
-               for e in ended.values())
+               for e in ended.values() if e["final_keyframe_sha256"])
 
     # the evidence store counts each episode once, though the killed run's episodes were re-published
     drain(store, tansu, prefix, idle_exit_s=4)

@@ -101,8 +101,19 @@ def test_before_step_runs_before_each_step_and_its_error_is_an_env_error():
 def test_a_lost_final_keyframe_ends_a_libero_episode_as_it_was_and_a_robosuite_one_not_quietly():
     outcome, _ = collect(LiberoEpisode(ScriptedEnv(3, {2}, keyframes=True, render_fails=True), Still(), 0))
     assert (outcome.termination, outcome.final_keyframe) == ("success", None)
-    with pytest.raises(RuntimeError, match="no GL"):
-        run(ScriptedEnv(3, {2}, keyframes=True, render_fails=True), hold=1, at_horizon=1)
+    with pytest.raises(RuntimeError, match="no GL"):  # a timeout keeps its final frame
+        run(ScriptedEnv(3, set(), keyframes=True, render_fails=True), hold=1, at_horizon=1)
+
+
+def test_a_timeout_keeps_its_final_frame_and_a_success_only_when_the_episode_renders_keyframes():
+    timeout, _ = run(ScriptedEnv(3, set(), keyframes=True), hold=1, at_horizon=1)
+    success, _ = run(ScriptedEnv(3, {1}, keyframes=True), hold=1, at_horizon=1)
+    rendered, _ = run(ScriptedEnv(3, {1}, keyframes=True), hold=1, at_horizon=1, keyframe_every=2)
+    assert (timeout.termination, success.termination, rendered.termination) == ("timeout", "success", "success")
+    assert timeout.final_keyframe is not None and rendered.final_keyframe is not None
+    assert success.final_keyframe is None
+    unrendered, _ = run(ScriptedEnv(3, set()), hold=1, at_horizon=1)  # an env built without keyframes
+    assert unrendered.final_keyframe is None
 
 
 def test_a_hold_below_one_is_refused():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from producers.sim.exceptions import ModelConfigError
-from producers.sim.models import load_models, skill_order
+from producers.sim.models import load_models, registered_models, skill_order
 
 ORACLE = """  - model_id: oracle
     version: "1"
@@ -89,3 +89,16 @@ def test_a_layout_naming_an_observation_the_simulator_lacks_is_a_policy_error():
     policy = WebSocketPolicy("ws://127.0.0.1:1", 7, observation={"observation/image": ("agentview_image",)})
     with pytest.raises(PolicyServerError, match="expects 'observation/image' from observation 'agentview_image'"):
         policy._layout({"robot0_eef_pos": np.zeros(3)})
+
+
+def test_the_registry_a_rollout_process_reads_is_parsed_again_when_the_file_changes(tmp_path):
+    path = registry(tmp_path, VLA)
+    assert sorted(registered_models(path)) == ["my-vla", "oracle"]
+    assert registered_models(path) == registered_models(path)  # the same file: parsed once
+    path.write_text("models:\n" + ORACLE)  # a model dropped (the file's size changes)
+    assert sorted(registered_models(path)) == ["oracle"]
+    path.write_text("models:\n  - model_id: x\n")
+    with pytest.raises(ModelConfigError):
+        registered_models(path)
+    with pytest.raises(ModelConfigError, match="cannot read"):
+        registered_models(tmp_path / "missing.yaml")

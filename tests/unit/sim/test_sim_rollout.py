@@ -24,7 +24,7 @@ def test_success_ends_the_episode_after_the_hold(lift_env):
     assert all(s.success for s in steps[-SUCCESS_HOLD_STEPS:]) and not steps[out.time_to_success - 1].success
     assert [s.t for s in steps] == list(range(len(steps)))
     assert all(set(s.signals) == set(SIGNAL_KEYS) and len(s.action) == 7 for s in steps)
-    assert out.final_keyframe is not None and out.final_keyframe.shape == (128, 128, 3)
+    assert out.final_keyframe is None  # a success keeps its last frame only when it renders keyframes
     q = execution_quality([s.signals for s in steps], [s.action for s in steps], [s.success for s in steps])
     assert 0.3 < q["path_efficiency"] <= 1.0 and q["regrasp_count"] == 0
     assert q["peak_contact_force"] > 10.0  # it squeezed the cube
