@@ -160,26 +160,21 @@ def cpu_seconds(pids: list[int]) -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def timed_request(pool: RolloutPool, pids: list[int], request: dict):
-    """(summaries, wall seconds, CPU seconds the pool's processes used meanwhile or None)."""
+def timed(pids: list[int], work):
+    """(work(), wall seconds, CPU seconds the pool's processes ``pids`` used meanwhile or None)."""
     cpu0 = cpu_seconds(pids)
     start = time.perf_counter()
-    summaries = pool.run(request)
+    result = work()
     wall = time.perf_counter() - start
     cpu1 = cpu_seconds(pids)
-    return summaries, wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+    return result, wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
 
 
-def timed_bare(pool: RolloutPool, pids: list[int], request: dict) -> tuple[int, float, float | None]:
+def run_bare(pool: RolloutPool, request: dict) -> int:
     """The request's episodes in the pool's processes, one task per seed as RolloutPool.run hands
-    them out, with nothing recorded or published: (steps, wall seconds, CPU seconds or None)."""
-    cpu0 = cpu_seconds(pids)
-    start = time.perf_counter()
-    futures = [pool.executor.submit(simulate_seeds, request, [seed]) for seed in request["seeds"]]
-    steps = sum(f.result() for f in futures)
-    wall = time.perf_counter() - start
-    cpu1 = cpu_seconds(pids)
-    return steps, wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+    them out, with nothing recorded or published: the steps run."""
+    return sum(f.result() for f in [pool.executor.submit(simulate_seeds, request, [seed])
+                                    for seed in request["seeds"]])
 
 
 def cpu_note(steps: int, cpu: float | None) -> str:
@@ -259,14 +254,14 @@ def main() -> int:
         try:
             for rep in range(POOL_ROUNDS):  # alternated, so drift in machine load hits both alike
                 request = rollout_request(steady_spec.to_dict(), POOL_MODEL, seeds, run_id=f"bench-steady-{rep}")
-                bare = timed_bare(pool, pids, request)
-                summaries, wall, cpu = timed_request(pool, pids, request)
+                bare = timed(pids, lambda: run_bare(pool, request))  # noqa: B023  (called at once, in this iteration)
+                summaries, wall, cpu = timed(pids, lambda: pool.run(request))  # noqa: B023
                 rounds.append((bare, (sum(s.steps for s in summaries), wall, cpu)))
                 published.update(s.episode_id for s in summaries)
                 published_steps += sum(s.steps for s in summaries)
             cold_spec = steady_spec.mutate(placement_x_range=(-0.02, 0.02))  # a scenario no process has seen
-            cold, cold_s, cold_cpu = timed_request(pool, pids, rollout_request(cold_spec.to_dict(), POOL_MODEL, seeds,
-                                                                               run_id="bench-cold"))
+            cold_request = rollout_request(cold_spec.to_dict(), POOL_MODEL, seeds, run_id="bench-cold")
+            cold, cold_s, cold_cpu = timed(pids, lambda: pool.run(cold_request))
         finally:
             pool.close()
         cold_steps = sum(s.steps for s in cold)

@@ -156,16 +156,20 @@ def _simulator() -> str:
     return simulator_versions("robosuite", "mujoco")
 
 
+def _requested_model(request: dict, models_path: str | None) -> ModelConfig:
+    models = registered_models(models_path or None)
+    if request["model_id"] not in models:
+        raise KeyError(f"model {request['model_id']!r} is not registered; known: {sorted(models)}")
+    return models[request["model_id"]]
+
+
 def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, seeds: list[int],
               keyframe_root: str, models_path: str | None = None) -> list[EpisodeSummary]:
     """One process's share of a request, published (framed by ``codec``) and acknowledged before it
     returns. Runs in a pool process, with that process's cached env and producer."""
     from producers.sim.rollout import Episode  # robosuite: imported by the pool's processes only
 
-    models = registered_models(models_path or None)
-    if request["model_id"] not in models:
-        raise KeyError(f"model {request['model_id']!r} is not registered; known: {sorted(models)}")
-    model: ModelConfig = models[request["model_id"]]
+    model = _requested_model(request, models_path)
     scenario, keyframe_every = request["scenario"], request["keyframe_every"]
     adapter = adapter_for(scenario["benchmark"])
     publisher = Publisher(_cached_producer(producer_config), prefix, codec)
@@ -198,7 +202,7 @@ def simulate_seeds(request: dict, seeds: list[int], models_path: str | None = No
     beyond it is the worker's own overhead (bench/rollout.py prints the two side by side)."""
     from producers.sim.rollout import Episode
 
-    model = registered_models(models_path or None)[request["model_id"]]
+    model = _requested_model(request, models_path)
     scenario = request["scenario"]
     env = _cached_env(adapter_for(scenario["benchmark"]), scenario, False)
     steps = 0
