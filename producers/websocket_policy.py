@@ -11,6 +11,11 @@ What a request holds: the scenario's instruction as ``prompt``, and the observat
 key -> the observation keys whose values are flattened and concatenated under it, in order), as a
 models.yaml entry of kind "websocket" names it (producers/sim/models.py).
 
+A model with ``batch`` > 1 (models.yaml) is served in stacked calls: the requests of several envs
+(producers/lockstep.py) in one message, each observation key stacked on a leading axis of B,
+``prompt`` a list of B instructions and ``batch_size`` B; the reply's ``actions`` are
+(B, H, action_dim), or (B, action_dim) for one action each. Row i answers request i.
+
     policy = WebSocketPolicy("ws://127.0.0.1:8000", action_dim=7,
                              observation={"observation/state": ("robot0_eef_pos", "robot0_gripper_qpos")})
 """
@@ -23,28 +28,22 @@ import numpy as np
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
 from producers.exceptions import ProducerError
+from producers.lockstep import Lane
 
 
 class PolicyServerError(ProducerError):
     """The policy server disconnected, reported an error or returned a malformed action chunk."""
 
 
-class WebSocketPolicy:
-    """A Policy (reset/act) backed by an openpi policy server."""
+class PolicyServerConnection:
+    """One connection to a policy server, opened on first use and reopened after a failure.
+    ``infer`` makes one call: a single request as openpi sends it, or (``batched``) a stacked one."""
 
-    def __init__(self, uri: str, action_dim: int, connect_timeout_s: float = 10.0,
-                 observation: dict[str, tuple[str, ...]] | None = None, name: str = "websocket"):
-        self.uri = uri
-        self.action_dim = action_dim
-        self.observation = observation
-        self.name = name
-        self.connect_timeout_s = connect_timeout_s
+    def __init__(self, uri: str, action_dim: int, batched: bool = False):
+        self.uri, self.action_dim, self.batched = uri, action_dim, batched
         self._client: WebsocketClientPolicy | None = None
-        self._chunk: np.ndarray | None = None
-        self._cursor = 0
-        self._instruction = ""
 
-    def _connect(self) -> WebsocketClientPolicy:
+    def connect(self) -> WebsocketClientPolicy:
         if self._client is None:
             try:
                 self._client = WebsocketClientPolicy(self.uri)
@@ -52,10 +51,79 @@ class WebSocketPolicy:
                 raise PolicyServerError(f"cannot reach the policy server at {self.uri}: {exc!r}") from exc
         return self._client
 
+    def infer(self, requests: list[dict[str, Any]]) -> list[np.ndarray]:
+        """The action chunks (H x action_dim) answering ``requests``, in order."""
+        if not self.batched and len(requests) != 1:
+            raise PolicyServerError(f"policy server {self.uri} takes one observation per call, not {len(requests)}")
+        message = _stacked(requests) if self.batched else requests[0]
+        try:
+            reply = self.connect().infer(message)
+        except Exception as exc:
+            self.close()  # a broken connection is not reused by the next call
+            raise PolicyServerError(f"policy server {self.uri} failed: {exc!r}") from exc
+        if not isinstance(reply, dict) or "actions" not in reply:
+            raise PolicyServerError(f"policy server {self.uri} replied without 'actions': {str(reply)[:200]}")
+        try:
+            actions = np.asarray(reply["actions"], dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise PolicyServerError(f"policy server {self.uri}: actions are not numbers: {exc}") from exc
+        if not self.batched:
+            return [self._chunk(actions)]
+        if actions.ndim not in (2, 3) or actions.shape[0] != len(requests):
+            raise PolicyServerError(f"policy server {self.uri}: actions of shape {actions.shape} for a batch of "
+                                    f"{len(requests)}, expected ({len(requests)}, H, {self.action_dim})")
+        return [self._chunk(row) for row in actions]
+
+    def _chunk(self, chunk: np.ndarray) -> np.ndarray:
+        if chunk.ndim == 1:
+            chunk = chunk[None, :]
+        if chunk.ndim != 2 or chunk.shape[0] == 0 or chunk.shape[1] != self.action_dim:
+            raise PolicyServerError(f"policy server {self.uri}: action chunk of shape {chunk.shape}, "
+                                    f"expected (H, {self.action_dim})")
+        if not np.all(np.isfinite(chunk)):
+            raise PolicyServerError(f"policy server {self.uri}: action chunk holds non-finite values")
+        return chunk
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client._ws.close()  # openpi-client offers no public close
+            except Exception:
+                pass
+            self._client = None
+
+
+def _stacked(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    message: dict[str, Any] = {key: np.stack([np.asarray(r[key]) for r in requests])
+                               for key in requests[0] if key != "prompt"}
+    message["prompt"] = [r["prompt"] for r in requests]
+    message["batch_size"] = len(requests)
+    return message
+
+
+class WebSocketPolicy:
+    """A Policy (reset/act) backed by an openpi policy server: on a connection of its own, or
+    through a lock-step ``lane`` (producers/lockstep.py) that calls the server for several envs."""
+
+    def __init__(self, uri: str, action_dim: int, connect_timeout_s: float = 10.0,
+                 observation: dict[str, tuple[str, ...]] | None = None, name: str = "websocket",
+                 lane: Lane | None = None):
+        self.uri = uri
+        self.action_dim = action_dim
+        self.observation = observation
+        self.name = name
+        self.connect_timeout_s = connect_timeout_s
+        self.lane = lane
+        self._connection = PolicyServerConnection(uri, action_dim) if lane is None else None
+        self._chunk: np.ndarray | None = None
+        self._cursor = 0
+        self._instruction = ""
+
     def reset(self, seed: int, spec: Any) -> None:
         self._chunk, self._cursor = None, 0
         self._instruction = getattr(spec, "instruction", "")
-        self._connect()
+        if self._connection is not None:
+            self._connection.connect()
 
     def act(self, obs: dict[str, Any], signals: dict[str, Any]) -> np.ndarray:
         if self._chunk is None or self._cursor >= len(self._chunk):
@@ -67,25 +135,9 @@ class WebSocketPolicy:
     def _request(self, obs: dict[str, Any]) -> np.ndarray:
         request = self._layout(obs)
         request["prompt"] = self._instruction
-        try:
-            reply = self._connect().infer(request)
-        except Exception as exc:
-            self.close()  # a broken connection is not reused by the next episode
-            raise PolicyServerError(f"policy server {self.uri} failed: {exc!r}") from exc
-        if not isinstance(reply, dict) or "actions" not in reply:
-            raise PolicyServerError(f"policy server {self.uri} replied without 'actions': {str(reply)[:200]}")
-        try:
-            chunk = np.asarray(reply["actions"], dtype=float)
-        except (TypeError, ValueError) as exc:
-            raise PolicyServerError(f"policy server {self.uri}: actions are not numbers: {exc}") from exc
-        if chunk.ndim == 1:
-            chunk = chunk[None, :]
-        if chunk.ndim != 2 or chunk.shape[0] == 0 or chunk.shape[1] != self.action_dim:
-            raise PolicyServerError(f"policy server {self.uri}: action chunk of shape {chunk.shape}, "
-                                    f"expected (H, {self.action_dim})")
-        if not np.all(np.isfinite(chunk)):
-            raise PolicyServerError(f"policy server {self.uri}: action chunk holds non-finite values")
-        return chunk
+        if self.lane is not None:
+            return self.lane.infer(request)
+        return self._connection.infer([request])[0]
 
     def _layout(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
         if self.observation is None:
@@ -102,9 +154,5 @@ class WebSocketPolicy:
         return request
 
     def close(self) -> None:
-        if self._client is not None:
-            try:
-                self._client._ws.close()  # openpi-client offers no public close
-            except Exception:
-                pass
-            self._client = None
+        if self._connection is not None:
+            self._connection.close()

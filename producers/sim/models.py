@@ -17,6 +17,13 @@ under its own name). It has no ``skill`` and no ``rank``; it is swept and valida
       uri: ws://127.0.0.1:8000
       action_dim: 7
       observation: {observation/state: [robot0_eef_pos, robot0_eef_quat, robot0_gripper_qpos]}
+      batch: 8          # optional: observations per call (a server that answers a stacked batch)
+      concurrency: 2    # optional: calls each rollout process keeps in flight
+
+``batch`` and ``concurrency`` (both 1 when left out: one observation per call, the openpi
+protocol as it is) make a rollout process step batch x concurrency envs in lock-step
+(producers/lockstep.py). The episodes do not depend on them, only the time does, so they are not
+part of the registration (``params``): a model is re-batched without a new version.
 
 ``rank`` (optional) records a model's known true skill: 0 for the oracle, 1 for the best scripted
 model, and so on. Ranked models must be strictly ordered: a larger rank is at least as bad in every
@@ -42,11 +49,13 @@ from producers.sim.policies import POLICY_KINDS, OracleScripted, Policy, Scripte
 DEFAULT_MODELS_PATH = Path(__file__).parent / "configs" / "models.yaml"
 WEBSOCKET = "websocket"
 MODEL_KINDS = (*POLICY_KINDS, WEBSOCKET)
-_KEYS = {"model_id", "version", "kind", "description", "skill", "rank", "uri", "action_dim", "observation"}
-_OPTIONAL_KEYS = {"description", "rank", "observation"}
+# The most envs a rollout process steps for one model (batch x concurrency): each holds ~10 MB.
+MAX_LANES = 64
+_OPTIONAL_KEYS = {"description", "rank", "observation", "batch", "concurrency"}
 # The keys of each kind (scripted and oracle: a skill; websocket: a policy server).
 _SCRIPTED_KEYS = {"model_id", "version", "kind", "description", "skill", "rank"}
-_WEBSOCKET_KEYS = {"model_id", "version", "kind", "description", "uri", "action_dim", "observation"}
+_WEBSOCKET_KEYS = {"model_id", "version", "kind", "description", "uri", "action_dim", "observation", "batch",
+                   "concurrency"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +70,8 @@ class ModelConfig:
     action_dim: int | None = None  # websocket only: the width of the actions it answers with
     # websocket only: the server's key -> the observation keys concatenated under it
     observation: dict[str, tuple[str, ...]] | None = field(default=None, hash=False)
+    batch: int = 1  # websocket only: observations per call
+    concurrency: int = 1  # websocket only: calls in flight per rollout process
 
     def __post_init__(self) -> None:
         for name in ("model_id", "version"):
@@ -73,9 +84,9 @@ class ModelConfig:
             self._check_policy_server()
         elif not isinstance(self.skill, Skill):
             raise ModelConfigError(f"model {self.model_id!r}: skill must be a Skill, got {self.skill!r}")
-        elif (self.uri, self.action_dim, self.observation) != (None, None, None):
-            raise ModelConfigError(f"model {self.model_id!r}: uri, action_dim and observation are for kind "
-                                   f"{WEBSOCKET!r}, not {self.kind!r}")
+        elif (self.uri, self.action_dim, self.observation, self.batch, self.concurrency) != (None, None, None, 1, 1):
+            raise ModelConfigError(f"model {self.model_id!r}: uri, action_dim, observation, batch and concurrency "
+                                   f"are for kind {WEBSOCKET!r}, not {self.kind!r}")
         if self.kind == "oracle" and self.skill != Skill():
             raise ModelConfigError(f"model {self.model_id!r}: an oracle has perfect skill, got {self.skill!r}")
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int)
@@ -94,6 +105,13 @@ class ModelConfig:
             raise ModelConfigError(f"{where}: uri must be a ws:// or wss:// address, got {self.uri!r}")
         if isinstance(self.action_dim, bool) or not isinstance(self.action_dim, int) or self.action_dim < 1:
             raise ModelConfigError(f"{where}: action_dim must be a positive integer, got {self.action_dim!r}")
+        for name in ("batch", "concurrency"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LANES:
+                raise ModelConfigError(f"{where}: {name} must be an integer from 1 to {MAX_LANES}, got {value!r}")
+        if self.lanes > MAX_LANES:
+            raise ModelConfigError(f"{where}: batch x concurrency = {self.lanes} envs per rollout process, more "
+                                   f"than {MAX_LANES}")
         if self.observation is None:
             return
         if not isinstance(self.observation, dict) or not self.observation:
@@ -109,14 +127,21 @@ class ModelConfig:
             layout[key] = tuple(keys)
         object.__setattr__(self, "observation", layout)
 
-    def make_policy(self) -> Policy:
-        """A fresh policy instance named after model_id."""
+    @property
+    def lanes(self) -> int:
+        """Envs a rollout process steps in lock-step for this model (1: one at a time)."""
+        return self.batch * self.concurrency
+
+    def make_policy(self, lane: Any = None) -> Policy:
+        """A fresh policy instance named after model_id; a websocket one calls its server through
+        ``lane`` (a producers.lockstep lane) when given, else on a connection of its own."""
         if self.kind == "oracle":
             return OracleScripted(name=self.model_id)
         if self.kind == WEBSOCKET:
             from producers.websocket_policy import WebSocketPolicy  # openpi-client: only where it is used
 
-            return WebSocketPolicy(self.uri, self.action_dim, observation=self.observation, name=self.model_id)
+            return WebSocketPolicy(self.uri, self.action_dim, observation=self.observation, name=self.model_id,
+                                   lane=lane)
         return ScriptedPolicy(self.skill, name=self.model_id)
 
     def params(self) -> dict[str, str]:
@@ -142,7 +167,8 @@ def _entry(path: Path, index: int, raw: Any) -> ModelConfig:
         if raw["kind"] == WEBSOCKET:
             return ModelConfig(model_id=raw["model_id"], version=raw["version"], kind=WEBSOCKET,
                                description=raw.get("description", ""), uri=raw["uri"], action_dim=raw["action_dim"],
-                               observation=raw.get("observation"))
+                               observation=raw.get("observation"), batch=raw.get("batch", 1),
+                               concurrency=raw.get("concurrency", 1))
         skill_raw = raw["skill"]
         if not isinstance(skill_raw, dict):
             raise ModelConfigError(f"{where}: skill must be a mapping, got {skill_raw!r}")

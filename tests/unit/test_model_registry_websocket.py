@@ -61,6 +61,9 @@ def test_a_websocket_entry_names_its_server_and_makes_a_websocket_policy(tmp_pat
     ("    skill: {action_noise: 0.1}\n", r"unknown keys \['skill'\]"),
     ("    observation: {prompt: robot0_eef_pos}\n", r"'prompt' is the instruction's"),
     ("    observation: {observation/state: []}\n", r"must be an observation key or a list of them"),
+    ("    batch: 0\n", r"batch must be an integer from 1 to 64, got 0"),
+    ("    concurrency: two\n", r"concurrency must be an integer from 1 to 64, got 'two'"),
+    ("    batch: 16\n    concurrency: 8\n", r"batch x concurrency = 128 envs per rollout process, more than 64"),
 ])
 def test_a_malformed_websocket_entry_is_refused_naming_the_entry_and_value(tmp_path, change, error):
     lines = [line for line in VLA.splitlines(keepends=True)
@@ -102,3 +105,19 @@ def test_the_registry_a_rollout_process_reads_is_parsed_again_when_the_file_chan
         registered_models(path)
     with pytest.raises(ModelConfigError, match="cannot read"):
         registered_models(tmp_path / "missing.yaml")
+
+
+def test_batch_and_concurrency_set_the_lanes_and_leave_the_registration_alone(tmp_path):
+    _, plain = load_models(registry(tmp_path, VLA))
+    _, batched = load_models(registry(tmp_path, VLA + "    batch: 8\n    concurrency: 2\n"))
+    assert (plain.batch, plain.concurrency, plain.lanes) == (1, 1, 1)
+    assert (batched.batch, batched.concurrency, batched.lanes) == (8, 2, 16)
+    assert batched.params() == plain.params()  # the same episodes: the same model, re-batched
+    scripted = """  - model_id: s
+    version: "1"
+    kind: scripted
+    skill: {action_noise: 0.1}
+    batch: 4
+"""
+    with pytest.raises(ModelConfigError, match=r"models\[1\] \(kind 'scripted'\): .*unknown keys \['batch'\]"):
+        load_models(registry(tmp_path, scripted))
