@@ -9,7 +9,10 @@ asker) is committed without running it again.
 
 Models come from the registry file (``models_path``, default the built-in models.yaml): a
 scripted policy, the oracle, or an external policy behind an openpi WebSocket server (kind
-"websocket"), all run the same way.
+"websocket"), all run the same way. A websocket model with ``batch`` or ``concurrency`` above 1
+is run in lanes instead (run_lanes): each process steps batch x concurrency envs, each on a
+thread of its own, and sends their observations in one call per batch (producers/lockstep.py).
+A policy server's latency is then paid once per call, not once per env.
 
 The pool's processes live as long as the pool and keep what is costly to make: each keeps its
 last ENV_CACHE_SIZE envs by (scenario_id, keyframes), so a scenario's env is built (~3 s) once
@@ -30,12 +33,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import multiprocessing
 import os
+import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +52,7 @@ from producers.adapters import adapter_for
 from producers.commits import commit
 from producers.env_cache import EnvCache
 from producers.keyframes import KeyframeStore
+from producers.lockstep import Batcher, Lane
 from producers.parent_death import die_with_parent
 from producers.publisher import Publisher
 from producers.recorder import EpisodeIdentity, EpisodeSummary, record_episode, simulator_versions
@@ -101,6 +107,11 @@ def sweep_request(scenario: dict, model_id: str, model_version: str, seeds: list
 _envs = EnvCache(ENV_CACHE_SIZE)
 _producers: dict[str, Producer] = {}
 _warm_barrier: Any = None
+# Lane i's thread and envs, for as long as the process: an env is only ever stepped and rendered
+# on the thread that built it (its GL context is that thread's).
+_lane_threads: list[ThreadPoolExecutor] = []
+_lane_envs: list[EnvCache] = []
+_turn = threading.Lock()  # the lane that steps (producers/lockstep.py): one at a time per process
 
 
 def _init_process(parent_pid: int, barrier: Any) -> None:
@@ -163,6 +174,13 @@ def _requested_model(request: dict, models_path: str | None) -> ModelConfig:
     return models[request["model_id"]]
 
 
+def _identity(request: dict, adapter: Any, model: ModelConfig, seed: int) -> EpisodeIdentity:
+    scenario = request["scenario"]
+    return EpisodeIdentity(run_id=request["envelope"]["run_id"], benchmark=adapter.name, task=scenario["env_name"],
+                           scenario=scenario, model_id=model.model_id, model_version=model.version, seed=seed,
+                           request_id=request["request_id"], producer=PRODUCER, simulator=_simulator())
+
+
 def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, seeds: list[int],
               keyframe_root: str, models_path: str | None = None) -> list[EpisodeSummary]:
     """One process's share of a request, published (framed by ``codec``) and acknowledged before it
@@ -180,12 +198,8 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
             # Every episode ends with a keyframe (RolloutRequested: keyframe_every 0 = the final one
             # only): the report shows clusters by their representative's, the judge reads them.
             env = _cached_env(adapter, scenario, True)
-            identity = EpisodeIdentity(run_id=request["envelope"]["run_id"], benchmark=adapter.name,
-                                       task=scenario["env_name"], scenario=scenario, model_id=model.model_id,
-                                       model_version=model.version, seed=seed, request_id=request["request_id"],
-                                       producer=PRODUCER, simulator=_simulator())
             summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every),
-                                     publisher, identity, keyframes)
+                                     publisher, _identity(request, adapter, model, seed), keyframes)
             if summary.termination == "env_error":  # the simulator raised: do not reuse that env
                 _drop_env(scenario, True)
             summaries.append(summary)
@@ -210,6 +224,70 @@ def simulate_seeds(request: dict, seeds: list[int], models_path: str | None = No
         episode = Episode(env, model.make_policy(), seed)
         steps += sum(1 for _ in episode)
     return steps
+
+
+def _lane(index: int) -> tuple[ThreadPoolExecutor, EnvCache]:
+    while len(_lane_threads) <= index:
+        _lane_threads.append(ThreadPoolExecutor(1, thread_name_prefix=f"lane{len(_lane_threads)}"))
+        _lane_envs.append(EnvCache(ENV_CACHE_SIZE))
+    return _lane_threads[index], _lane_envs[index]
+
+
+def run_lanes(producer_config: dict, prefix: str, codec: Codec, request: dict, seeds: list[int],
+              keyframe_root: str, models_path: str | None = None) -> list[EpisodeSummary]:
+    """Pool task for a model served in lock-step: ``seeds`` over up to batch x concurrency lanes, each
+    taking the next seed when its episode ends, ``concurrency`` calls in flight of up to ``batch``
+    observations each. Every episode is the one run_seeds would publish (it is a function of
+    (scenario, seed) alone), published and acknowledged before this returns."""
+    from producers.websocket_policy import PolicyServerConnection
+
+    model = _requested_model(request, models_path)
+    lanes = min(model.lanes, len(seeds))
+    connections = [PolicyServerConnection(model.uri, model.action_dim, batched=model.batch > 1)
+                   for _ in range(math.ceil(lanes / model.batch))]
+    batchers = [Batcher(c.infer, _turn) for c in connections]
+    handles = [batchers[i % len(batchers)].join() for i in range(lanes)]  # all join before any asks
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for seed in seeds:
+        todo.put(seed)
+    publisher = Publisher(_cached_producer(producer_config), prefix, codec)
+    keyframes = KeyframeStore(Path(keyframe_root))
+    futures = [_lane(i)[0].submit(_run_lane, i, handles[i], todo, request, model, publisher, keyframes)
+               for i in range(lanes)]
+    wait(futures)  # every lane, even when one raised: none is left running on a closed connection
+    for connection in connections:
+        connection.close()
+    summaries = [s for f in futures for s in f.result()]
+    publisher.flush()
+    return sorted(summaries, key=lambda s: s.seed)
+
+
+def _run_lane(index: int, lane: Lane, todo: queue.SimpleQueue, request: dict, model: ModelConfig,
+              publisher: Publisher, keyframes: KeyframeStore) -> list[EpisodeSummary]:
+    from producers.sim.rollout import Episode
+
+    scenario = request["scenario"]
+    adapter = adapter_for(scenario["benchmark"])
+    envs = _lane(index)[1]
+    key = (scenario["scenario_id"], True)
+    summaries = []
+    with lane:  # its turn to step; on the way out it leaves, and the other lanes stop waiting for it
+        try:
+            while True:
+                try:
+                    seed = todo.get_nowait()
+                except queue.Empty:
+                    return summaries
+                env = envs.get(key, lambda: adapter.make_env(scenario, keyframes=True))
+                summary = record_episode(Episode(env, model.make_policy(lane), seed,
+                                                 keyframe_every=request["keyframe_every"]),
+                                         publisher, _identity(request, adapter, model, seed), keyframes)
+                if summary.termination == "env_error":
+                    envs.drop(key)
+                summaries.append(summary)
+        except BaseException:
+            envs.drop(key)
+            raise
 
 
 class RolloutPool:
@@ -239,9 +317,9 @@ class RolloutPool:
         """Runs the request's episodes, one task per seed: a process that is done takes the next
         seed, so episodes that end early (success) do not leave a process idle while another
         still has a fixed share to run. Returns when every episode is published and acknowledged."""
-        futures = [self.executor.submit(run_seeds, self.producer_config, self.prefix, self.codec, request, [seed],
+        futures = [self.executor.submit(task, self.producer_config, self.prefix, self.codec, request, seeds,
                                         self.keyframe_root, self.models_path)
-                   for seed in request["seeds"]]
+                   for task, seeds in self._tasks(request)]
         try:
             summaries = [s for f in futures for s in f.result()]
         except BaseException:
@@ -249,6 +327,16 @@ class RolloutPool:
                 f.cancel()
             raise
         return sorted(summaries, key=lambda s: s.seed)
+
+    def _tasks(self, request: dict) -> list[tuple[Callable, list[int]]]:
+        """One run_seeds task per seed; for a model run in lanes, one run_lanes task per process,
+        the seeds dealt round-robin (the lanes of a process keep themselves busy)."""
+        model = registered_models(self.models_path).get(request["model_id"])
+        seeds = list(request["seeds"])
+        if model is None or model.lanes == 1:  # an unknown model: run_seeds dead-letters it
+            return [(run_seeds, [seed]) for seed in seeds]
+        shares = [seeds[i::self.processes] for i in range(self.processes)]
+        return [(run_lanes, share) for share in shares if share]
 
     def close(self) -> None:
         self.executor.shutdown()

@@ -361,3 +361,61 @@ def test_a_websocket_model_is_swept_through_the_rollout_worker_into_the_evidence
     assert server.requests == 10  # two episodes of five 4-action chunks: the second copy ran nothing
     assert server.keys == {"observation/state", "prompt"}  # the layout models.yaml names
     assert q.rollouts_spent(store)[0].ended_episodes == 2
+
+
+# 6. A websocket model served in lock-step (models.yaml batch / concurrency): several envs per
+#    process, one call for all their observations, and every episode the one batch 1 publishes.
+
+
+
+def test_a_batched_model_publishes_the_episodes_batch_one_publishes(tansu, tmp_path):
+    from bench.policy_server import LatencyPolicyServer
+    from bench.policy_serving import MODEL
+
+    spec = lift_spec(25).to_dict()
+    request = rollout_request(spec, "ws-reach", [0, 1, 2, 3, 4], run_id="lockstep")
+    streams, servers = {}, {}
+    for name, batch in [("single", 1), ("batched", 2)]:
+        prefix = fresh_prefix(tansu)
+        models = tmp_path / f"{name}.yaml"
+        with LatencyPolicyServer(latency_s=0.0, chunk=5, serial=False) as server:
+            models.write_text(MODEL.format(uri=server.uri, batch=batch, concurrency=batch))
+            pool = RolloutPool(producer_config(tansu), prefix, Codec(), tmp_path / f"kf-{name}", processes=1,
+                               models_path=models)
+            try:
+                summaries = pool.run(request)
+            finally:
+                pool.close()
+        servers[name] = server
+        assert [(s.seed, s.steps, s.error) for s in summaries] == [(seed, 25, None) for seed in range(5)]
+        events = without_event_time(consume(tansu, [f"{prefix}rollout.steps", f"{prefix}rollout.episodes"]))
+        streams[name] = sorted(events, key=lambda e: (e["episode_id"], e["envelope"]["event_type"], e.get("t", -1)))
+
+    # one observation per call at batch 1; calls of two at a time in lock-step (five seeds over
+    # four lanes: the lane that takes the fifth runs its last episode alone)
+    assert set(servers["single"].batch_sizes) == {1}
+    assert max(servers["batched"].batch_sizes) == 2
+    assert servers["batched"].observations == servers["single"].observations == 5 * 5
+    assert len(streams["batched"]) == 5 * (25 + 2)
+    assert digest(streams["batched"]) == digest(streams["single"])
+    # each seed its own start state, whatever the batch (LeRobot's eval once let the batch size
+    # bound the distinct start states)
+    first_steps = [e for e in streams["batched"] if e["envelope"]["event_type"] == "Step" and e["t"] == 0]
+    assert len({json.dumps(e["object_poses"], sort_keys=True) for e in first_steps}) == 5
+
+
+def test_a_batched_model_whose_server_is_gone_ends_each_episode_as_a_policy_error(tansu, tmp_path):
+    from bench.policy_serving import MODEL
+
+    with PolicyServer(lambda: np.zeros((4, 7))) as server:
+        uri = server.uri  # closed on exit: nothing listens there any more
+    models = tmp_path / "models.yaml"
+    models.write_text(MODEL.format(uri=uri, batch=2, concurrency=1))
+    pool = RolloutPool(producer_config(tansu), fresh_prefix(tansu), Codec(), tmp_path / "kf", processes=1,
+                       models_path=models)
+    try:
+        summaries = pool.run(rollout_request(lift_spec(10).to_dict(), "ws-reach", [0, 1, 2], run_id="gone"))
+    finally:
+        pool.close()
+    assert [(s.seed, s.termination, s.steps) for s in summaries] == [(seed, "policy_error", 0) for seed in range(3)]
+    assert all(f"cannot reach the policy server at {uri}" in s.error for s in summaries)
