@@ -44,6 +44,7 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -153,8 +154,11 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=No
                       f"promoted {len(value.promoted)}, retired {len(value.retired)}, v{value.version_after}, "
                       f"{value.rollouts} rollouts, {value.seconds:.0f} s", flush=True)
 
+        loop_started, since = time.monotonic(), datetime.now(UTC)
         reports = orchestrator.evolve(store, publisher, models, config, on_event=hear,
                                       check=orchestrator.still_running(settings))
+        print(f"  [{generator}] " + orchestrator.loop_time(store, since, time.monotonic() - loop_started,
+                                                          settings.rollout_processes), flush=True)
         result = measure(store, models, reports, time.monotonic() - started)
         result.update(after(store, publisher, base, settings) if after is not None
                       else {"unseen": measure_unseen(store, publisher, base, settings)})

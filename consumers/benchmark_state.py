@@ -1327,6 +1327,28 @@ def rollouts_spent(store: EvidenceStore, *, run_id: str | None = None,
     return [RolloutSpend(p, *v) for p, v in sorted(table.items())]
 
 
+def episode_seconds(store: EvidenceStore, *, since: datetime | None = None) -> float:
+    """Seconds the rollout processes spent inside episodes, summed over the episodes started at or
+    after ``since``: from each EpisodeStarted to its EpisodeEnded (both stamped by the process that
+    ran it, so the sink's lag is not in it). Divided by the pool's processes, it is the wall time
+    the rollouts took; what a loop took beyond that is its own (waits, critics, gate, sink). By time,
+    not run: an episode carries the run id of whoever asked for it (the sweeper, the critics)."""
+    params: dict = {}
+    started = [STARTED]
+    if since is not None:
+        if since.tzinfo is None:
+            raise ValueError(f"since must be timezone-aware, got naive {since!r}")
+        params["since"] = since
+        started.append("envelope.event_time >= {since:DateTime64(6, 'UTC')}")
+    [(seconds,)] = store.query(
+        "SELECT sum(dateDiff('microsecond', s.t, e.t)) / 1e6 FROM "
+        "(SELECT episode_id, min(envelope.event_time) AS t FROM {database}.rollout_episodes FINAL"
+        f"{_where(started)} GROUP BY episode_id) AS s "
+        "INNER JOIN (SELECT episode_id, min(envelope.event_time) AS t FROM {database}.rollout_episodes FINAL"
+        f"{_where([ENDED])} GROUP BY episode_id) AS e ON s.episode_id = e.episode_id", parameters=params)
+    return float(seconds or 0.0)
+
+
 @dataclass(frozen=True)
 class ExecutionQuality:
     """How a model (version) executed, beside whether it succeeded (over its valid trials).

@@ -529,6 +529,19 @@ def critics_finished(verdicts) -> bool:
     return robustness.passed is False or {"safety", "semantic"} <= set(by_critic)
 
 
+def loop_time(store: EvidenceStore, started: datetime, wall_s: float, processes: int) -> str:
+    """The loop's wall time against the time its rollouts took: the own time (start to end, in the
+    process that ran each) of the episodes started since it ``started``, over the pool's processes.
+    What is left is the loop's own overhead (waiting for the sink, critics and gate, the steps
+    between stages); the recorder's cost counts as rollout time (bench/rollout.py puts the pool at
+    ~0.87 of its bare loops)."""
+    rollouts = q.episode_seconds(store, since=started) / processes
+    if rollouts <= 0:
+        return f"loop wall time {wall_s:.0f} s; no timed rollouts"
+    return (f"loop wall time {wall_s:.0f} s; its rollouts {rollouts:.0f} s over {processes} rollout processes; "
+            f"the loop's overhead beyond them {wall_s / rollouts - 1:.0%}")
+
+
 def _episodes_spent(store: EvidenceStore) -> int:
     return sum(r.ended_episodes for r in q.rollouts_spent(store))
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import nullcontext
+from datetime import UTC, datetime
 
 import typer
 from rich.table import Table
@@ -73,10 +75,12 @@ def run(ctx: typer.Context,
         store = processes.open_store(settings)
         publisher = make_publisher(settings, bootstrap, codec_of(ctx))
         orchestrator.register_models(publisher, models)
+        started, since = time.monotonic(), datetime.now(UTC)
         with console.status("starting", spinner="dots") if console.is_terminal else nullcontext() as status:
             reports = orchestrator.evolve(store, publisher, models, config,
                                           on_event=lambda kind, value: _show(kind, value, status),
                                           check=orchestrator.still_running(settings))
+        timing = orchestrator.loop_time(store, since, time.monotonic() - started, settings.rollout_processes)
         state, content = derived_state(store), content_digest(store)
         files = write_report(store, settings.memory_dir, settings.memory_dir / "keyframes")
         reviews = open_reviews(store)
@@ -88,6 +92,7 @@ def run(ctx: typer.Context,
     seconds = sum(r.seconds for r in reports)
     console.print(f"{len(reports)} cycles, {total} rollouts, {seconds:.0f} s; benchmark v{reports[-1].version_after}; "
                   f"wrote {files.markdown} and {files.html}")
+    console.print(timing, soft_wrap=True, highlight=False)
     # content: what was decided and measured, no times (to compare two runs of one seed by);
     # state: the whole log's (event times included), what `replay --verify` rebuilds
     console.print(f"content digest {content}")

@@ -308,3 +308,19 @@ def test_variants_are_trials_of_their_own_and_pair_by_seed_and_variant(store):
         ("1", 0, ""), ("1", 0, "temperature=0.7"), (None, None, "")]
     assert bs.outcomes_by_pair(every)[("m", "1", "scn-x")] == {(0, ""): True, (0, "temperature=0.7"): False}
     assert bs.memory_figures(store).trials == 3
+
+
+def test_episode_seconds_run_from_each_start_to_its_end_once_per_episode(store):
+    log = EvidenceLog(run_id="timed")
+    log.episode("m", spec("x"), 0, True)  # started, then ended a second later (the factory's clock)
+    since = log.clock
+    log.episode("m", spec("x"), 1, False)
+    log.episode("m", spec("x"), 2, False)
+    log.episode("m", spec("x"), 3, False, started=False)  # no start: no time to count
+    store_events(store, log.events)
+    store_events(store, log.events)  # delivered twice: each episode counts once
+    assert bs.episode_seconds(store) == pytest.approx(3.0)
+    assert bs.episode_seconds(store, since=since) == pytest.approx(2.0)  # the first started before
+    assert bs.episode_seconds(store, since=log.clock + timedelta(seconds=1)) == 0.0
+    with pytest.raises(ValueError, match="timezone-aware"):
+        bs.episode_seconds(store, since=since.replace(tzinfo=None))

@@ -198,6 +198,11 @@ def test_run_evolves_the_benchmark_one_cycle_and_reports_what_the_log_holds(tmp_
     assert len(facts["measured"]) == 5 * len(facts["active"]) and set(facts["measured"].values()) == {20}, facts
     assert facts["held_out_intakes"] == 0
     assert "held-out seeds" in out, out
+    timing = re.search(r"^loop wall time (\d+) s; its rollouts (\d+) s over 2 rollout processes; the loop's "
+                       r"overhead beyond them (-?\d+)%$", out, re.MULTILINE)
+    assert timing, out
+    wall, rollouts = int(timing.group(1)), int(timing.group(2))
+    assert 0 < rollouts <= wall + 1, timing.group(0)  # the processes' episodes fit in the loop's time
     assert "`sepa-eval down` stops it" in out, "run says the stack stays up and how to stop it"
     assert processes_holding(memory_dir) == []
 
