@@ -109,8 +109,7 @@ _producers: dict[str, Producer] = {}
 _warm_barrier: Any = None
 # Lane i's thread and envs, for as long as the process: an env is only ever stepped and rendered
 # on the thread that built it (its GL context is that thread's).
-_lane_threads: list[ThreadPoolExecutor] = []
-_lane_envs: list[EnvCache] = []
+_lanes: list[tuple[ThreadPoolExecutor, EnvCache]] = []
 _turn = threading.Lock()  # the lane that steps (producers/lockstep.py): one at a time per process
 
 
@@ -227,10 +226,9 @@ def simulate_seeds(request: dict, seeds: list[int], models_path: str | None = No
 
 
 def _lane(index: int) -> tuple[ThreadPoolExecutor, EnvCache]:
-    while len(_lane_threads) <= index:
-        _lane_threads.append(ThreadPoolExecutor(1, thread_name_prefix=f"lane{len(_lane_threads)}"))
-        _lane_envs.append(EnvCache(ENV_CACHE_SIZE))
-    return _lane_threads[index], _lane_envs[index]
+    while len(_lanes) <= index:
+        _lanes.append((ThreadPoolExecutor(1, thread_name_prefix=f"lane{len(_lanes)}"), EnvCache(ENV_CACHE_SIZE)))
+    return _lanes[index]
 
 
 def run_lanes(producer_config: dict, prefix: str, codec: Codec, request: dict, seeds: list[int],

@@ -49,7 +49,8 @@ from producers.sim.policies import POLICY_KINDS, OracleScripted, Policy, Scripte
 DEFAULT_MODELS_PATH = Path(__file__).parent / "configs" / "models.yaml"
 WEBSOCKET = "websocket"
 MODEL_KINDS = (*POLICY_KINDS, WEBSOCKET)
-# The most envs a rollout process steps for one model (batch x concurrency): each holds ~10 MB.
+# The most envs a rollout process steps for one model (batch x concurrency): each lane keeps up to
+# ENV_CACHE_SIZE (4) envs of ~10 MB, one per recent scenario.
 MAX_LANES = 64
 _OPTIONAL_KEYS = {"description", "rank", "observation", "batch", "concurrency"}
 # The keys of each kind (scripted and oracle: a skill; websocket: a policy server).
