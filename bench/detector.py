@@ -523,7 +523,7 @@ def encode_backlog(events: list[dict], codec: Codec) -> list[tuple[str, bytes, b
     out = []
     for event in events:
         topic = topic_for(event["envelope"]["event_type"])
-        out.append((topic.name, str(event[topic.key_field]).encode(), codec.encode(event)))
+        out.append((topic.name, topic.message_key(event), codec.encode(event)))
     return out
 
 

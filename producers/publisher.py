@@ -27,7 +27,7 @@ class Publisher:
 
     def publish(self, event: dict) -> None:
         topic = topic_for(event_type_of(event))
-        self.publish_raw(topic.full_name(self.prefix), str(event[topic.key_field]).encode(),
+        self.publish_raw(topic.full_name(self.prefix), topic.message_key(event),
                          self.codec.encode(event))
 
     def publish_raw(self, topic: str, key: bytes | None, value: bytes) -> None:

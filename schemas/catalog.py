@@ -19,18 +19,31 @@ DEAD_LETTER_EXCERPT_BYTES = 64 * 1024
 @dataclass(frozen=True)
 class Topic:
     name: str  # without the configurable prefix
-    key_field: str  # field of the event whose value is the message key
+    key_field: str  # field of the event whose value is the message key (it picks the partition)
     event_types: tuple[str, ...]
     partitions: int
     retention_ms: int
     table: str  # evidence table in ClickHouse
+    order_field: str = ""  # first column of the table's ORDER BY when it is not key_field
 
     def full_name(self, prefix: str) -> str:
         return f"{prefix}{self.name}"
 
+    @property
+    def table_key(self) -> str:
+        return self.order_field or self.key_field
+
+    def message_key(self, event: dict) -> bytes:
+        return str(event[self.key_field]).encode()
+
 
 TOPICS: tuple[Topic, ...] = (
-    Topic("rollout.requests", "scenario_id", ("RolloutRequested",), 3, 30 * DAY_MS, "rollout_requests"),
+    # Keyed by request: rollout workers in one consumer group share a scenario's sweeps (all its
+    # models), and a request asked for twice (the same id) still lands on one worker, which runs it
+    # once. Twelve partitions split evenly over 1, 2, 3, 4 or 6 workers. The table keeps the ORDER BY
+    # migration 0001 gave it.
+    Topic("rollout.requests", "request_id", ("RolloutRequested",), 12, 30 * DAY_MS, "rollout_requests",
+          order_field="scenario_id"),
     Topic("rollout.episodes", "episode_id", ("EpisodeStarted", "EpisodeEnded"), 4, FOREVER, "rollout_episodes"),
     Topic("rollout.steps", "episode_id", ("Step",), 4, 14 * DAY_MS, "rollout_steps"),
     Topic("failures.moments", "episode_id", ("FailureMoment",), 3, FOREVER, "failure_moments"),

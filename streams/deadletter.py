@@ -20,7 +20,7 @@ import logging
 import math
 from typing import NamedTuple
 
-from schemas.catalog import Topic
+from schemas.catalog import Topic, topic_for
 from schemas.codec import Codec, require_finite
 from schemas.events import dead_letter as dead_letter_event
 from schemas.exceptions import SchemaError
@@ -44,6 +44,12 @@ class Outgoing(NamedTuple):
     topic: str
     key: bytes
     value: bytes
+
+    @classmethod
+    def of(cls, event: dict, codec: Codec) -> Outgoing:
+        """The event on its catalog topic, under the key the catalog gives that topic."""
+        topic = topic_for(event["envelope"]["event_type"])
+        return cls(topic.name, topic.message_key(event), codec.encode(event))
 
 
 def _first_non_finite(value, path: str) -> str | None:
@@ -124,4 +130,4 @@ class Intake:
         return None, self.encode_dead(dead)
 
     def encode_dead(self, dead: dict) -> Outgoing:
-        return Outgoing("deadletter", dead["source_topic"].encode(), self.codec.encode(dead))
+        return Outgoing.of(dead, self.codec)

@@ -67,7 +67,7 @@ def create_table_sql(topic: Topic) -> str:
     cols = ",\n  ".join(f"`{name}` {ch_type}" for name, ch_type in table_columns(topic).items())
     return (f"CREATE TABLE IF NOT EXISTS {{database}}.{topic.table} (\n  {cols},\n  {INGESTED_AT}\n)\n"
             f"ENGINE = ReplacingMergeTree\n"
-            f"ORDER BY ({topic.key_field}, envelope.event_id)")
+            f"ORDER BY ({topic.table_key}, envelope.event_id)")
 
 
 def all_tables_sql() -> str:

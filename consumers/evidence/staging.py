@@ -151,7 +151,7 @@ class StagedTable:
         any staged id is stored under its key (repeats within the batch are seen in Python). Only
         when one is, or ids repeat, the second returns the rows that are not new with a hash per
         content column, and the stored row's hashes when there is one."""
-        key = f"`{self.topic.key_field}`"
+        key = f"`{self.topic.table_key}`"
         staging = self._staged
         stored_rows = (f"FROM {{database}}.{self.table}\n"
                        f"  WHERE {key} IN (SELECT {key} FROM {staging})\n"  # few keys: cheap primary-key pruning

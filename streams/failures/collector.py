@@ -255,7 +255,7 @@ class ClusterStage:
             self._request_summaries(events)
         # Our own events always match their schema (their inputs were checked at the intake); a
         # failure here is a bug, raised rather than dropped: a dropped event would leave a gap.
-        return [Outgoing(OUTPUT_TOPIC, e["cluster_id"].encode(), self.codec.encode(e)) for e in events]
+        return [Outgoing.of(e, self.codec) for e in events]
 
     # -- restore --------------------------------------------------------------------------------
 
@@ -290,7 +290,7 @@ class ClusterStage:
         for name, n in history.stats.items():
             if name != "messages":
                 self.stats[f"log_{name}"] = n
-        return [Outgoing(OUTPUT_TOPIC, e["cluster_id"].encode(), self.codec.encode(e)) for e in tail]
+        return [Outgoing.of(e, self.codec) for e in tail]
 
     def _re_execute(self, clusterer: OnlineFailureClusterer, recorded: Recorded,
                     analysed: Mapping[str, dict]) -> list[dict | None]:
@@ -344,4 +344,4 @@ class ClusterStage:
         event = self.clusterer.summary_event(request.cluster_id, request.revision, text)
         if event is None:
             return None
-        return Outgoing(OUTPUT_TOPIC, event["cluster_id"].encode(), self.codec.encode(event))
+        return Outgoing.of(event, self.codec)

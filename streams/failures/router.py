@@ -70,9 +70,6 @@ from streams.failures.detector import DETECTOR_VERSION, PRODUCER, DetectorConfig
 log = logging.getLogger("sepa.streams.failures.router")
 CONSUMER = "failure-detector"
 INPUT_TOPICS = ("rollout.steps", "rollout.episodes")
-OUTPUT_TOPIC = "failures.moments"
-EPISODES_TOPIC = "failures.episodes"
-_TOPIC_OF = {"FailureMoment": OUTPUT_TOPIC, "EpisodeAnalysed": EPISODES_TOPIC}
 TP = tuple[str, int]  # (topic, partition)
 
 
@@ -188,8 +185,7 @@ class DetectorStage:
         return self._outgoing(self.expire(backlogged))
 
     def _outgoing(self, events: list[dict]) -> list[Outgoing]:
-        encode = self.codec.encode
-        return [Outgoing(_TOPIC_OF[e["envelope"]["event_type"]], e["episode_id"].encode(), encode(e)) for e in events]
+        return [Outgoing.of(e, self.codec) for e in events]
 
     def releasable(self) -> dict[TP, int]:
         """Per partition delivered so far, the offset below which every message may be acknowledged:

@@ -166,7 +166,7 @@ class GateRunner:
         self.stats["decisions"] += len(events)
         for e in events:
             log.info("%s %s: %s", e["envelope"]["event_type"], e["scenario_id"], e["reason"])
-        return [Outgoing(OUTPUT_TOPIC, e["scenario_id"].encode(), self.codec.encode(e)) for e in events]
+        return [Outgoing.of(e, self.codec) for e in events]
 
 
 def register_gate(app: faust.App, source: faust.types.TopicT, verdicts: faust.types.TopicT,

@@ -46,7 +46,6 @@ from streams.exceptions import ConfigError
 log = logging.getLogger("sepa.streams.sweeps")
 CONSUMER = "sweeper"
 SOURCE_TOPIC = "models.registry"
-OUTPUT_TOPIC = "rollout.requests"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +106,7 @@ class SweepRunner:
         if requests:
             log.info("%s@%s registered: sweeping %d active scenario(s) on %d seeds", event["model_id"],
                      event["version"], len(requests), self.config.sweep_seeds)
-        return [Outgoing(OUTPUT_TOPIC, r["scenario_id"].encode(), self.codec.encode(r)) for r in requests]
+        return [Outgoing.of(r, self.codec) for r in requests]
 
     def sweeps(self, registered: dict) -> list[dict]:
         """The sweep requests a registration calls for (none when it is not the model's latest, when

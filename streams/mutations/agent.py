@@ -149,10 +149,7 @@ class MutatorRunner:
             time.sleep(0.2)
 
     def _out(self, event: dict) -> Outgoing:
-        topic = "benchmark.cycles" if event["envelope"]["event_type"] == "CandidatesGenerated" \
-            else "scenarios.candidates"
-        key = event["cycle_id"] if topic == "benchmark.cycles" else event["scenario_id"]
-        return Outgoing(topic, key.encode(), self.codec.encode(event))
+        return Outgoing.of(event, self.codec)
 
 
 def register_mutator(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],

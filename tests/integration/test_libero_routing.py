@@ -12,7 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from infra.kafka_clients import consumer_config, ensure_topics, make_producer
 from producers.libero.scenario import LiberoScenario
 from producers.publisher import Publisher
-from producers.rollout_worker import GROUP_ID, MAX_POLL_INTERVAL_MS, RolloutWorker, rollout_request
+from producers.rollout_worker import GROUP_ID, MAX_POLL_INTERVAL_MS, REQUESTS, RolloutWorker, rollout_request
 from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 
@@ -53,9 +53,10 @@ def test_the_robosuite_worker_skips_libero_requests_and_commits_them(tansu):
     assert pool.requests == ["robosuite"] and worker.skipped == 1
 
     consumer = Consumer({"bootstrap.servers": tansu, "group.id": GROUP_ID, "enable.auto.commit": False})
-    committed = consumer.committed([TopicPartition(f"{prefix}rollout.requests", p) for p in range(3)], timeout=10)
+    partitions = [TopicPartition(REQUESTS.full_name(prefix), p) for p in range(REQUESTS.partitions)]
+    committed = consumer.committed(partitions, timeout=10)
     consumer.close()
-    # both requests committed (3 partitions, keyed by scenario): the LIBERO one is not served again
+    # both requests committed: the LIBERO one is not served again
     assert sum(max(0, tp.offset) for tp in committed) == 2
     reader = Consumer({"bootstrap.servers": tansu, "group.id": f"r-{uuid.uuid4().hex}", "enable.auto.commit": False})
     reader.assign([TopicPartition(f"{prefix}deadletter", 0, OFFSET_BEGINNING)])

@@ -213,15 +213,15 @@ def test_worker_dead_letters_an_unknown_model_and_a_huge_value_and_serves_the_ne
     # dead-letter the whole value, and again after every restart
     huge = Codec().encode(bad)[:5] + b"\x01" * (10 * 1024 * 1024)
     raw = Producer({"bootstrap.servers": tansu, "message.max.bytes": 20_000_000, "log_level": 0})
-    raw.produce(f"{prefix}rollout.requests", key=spec["scenario_id"].encode(), value=huge)
+    raw.produce(f"{prefix}rollout.requests", key=bad["request_id"].encode(), value=huge)
     # a well-formed event of a type rollout.requests does not carry: the sink's reason, word for word
     misplaced = Codec().encode(make_event("Promoted", ("s",), "gate", "r", scenario_id="s", reason="x",
                                           evidence_event_ids=[], gate_version="1"))
-    raw.produce(f"{prefix}rollout.requests", key=spec["scenario_id"].encode(), value=misplaced)
+    raw.produce(f"{prefix}rollout.requests", key=bad["request_id"].encode(), value=misplaced)
     raw.flush(60)
     publisher = Publisher(make_producer(tansu), prefix)
-    publisher.publish(bad)
-    publisher.publish(good)  # same scenario_id key: same partition, served after the bad ones
+    publisher.publish(bad)  # the key of the two before it: one partition, the dead letters in this order
+    publisher.publish(good)
     publisher.flush()
 
     pool = RolloutPool(producer_config(tansu), prefix, Codec(), tmp_path, processes=1)

@@ -103,8 +103,9 @@ def test_a_new_model_version_is_swept_where_it_has_no_trials_with_the_orchestrat
     store_events(store, log.events)
 
     [out] = runner.on_message(raw_first)
-    assert (out.topic, out.key) == ("rollout.requests", untried["scenario_id"].encode())
     request = codec.decode(out.value)
+    assert (out.topic, out.key) == ("rollout.requests", request["request_id"].encode())
+    assert request["scenario_id"] == untried["scenario_id"]
     expected = sweep_request(dict(q.active_benchmark(store).scenarios[1].spec), "m", "1", list(range(SEEDS)))
     assert without_time(request) == without_time(expected)
     assert request["envelope"]["event_time"] == t0  # the registration's: a re-read re-derives it
