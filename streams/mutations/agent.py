@@ -79,14 +79,14 @@ class MutatorRunner:
         if event["envelope"]["event_type"] != "CycleStarted":
             return []  # our own answers share the topic
         try:
-            return [self._out(e) for e in self.answer(event)]
+            return [Outgoing.of(e, self.codec) for e in self.answer(event)]
         except Exception as exc:  # faust would ack and move on: answer, so the orchestrator is not left waiting
             log.exception("cycle %s could not be answered", event["cycle_id"])
-            return [self._out(make_event(
+            return [Outgoing.of(make_event(
                 "CandidatesGenerated", (event["cycle_id"],), PRODUCER, self.config.run_id,
                 event_time=event["envelope"]["event_time"], cycle_id=event["cycle_id"], generator=event["generator"],
                 seeds=[], proposed=[], infeasible={"(mutator)": f"{type(exc).__name__}: {exc}"},
-                mutator_version=MUTATOR_VERSION))]
+                mutator_version=MUTATOR_VERSION), self.codec)]
 
     def answer(self, cycle: dict) -> list[dict]:
         """CandidateProposed events and the cycle's CandidatesGenerated (empty if answered before)."""
@@ -147,9 +147,6 @@ class MutatorRunner:
                             "from what is there", position, self.config.log_wait_s)
                 return
             time.sleep(0.2)
-
-    def _out(self, event: dict) -> Outgoing:
-        return Outgoing.of(event, self.codec)
 
 
 def register_mutator(app: faust.App, source: faust.types.TopicT, outputs: dict[str, faust.types.TopicT],
