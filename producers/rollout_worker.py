@@ -49,7 +49,7 @@ import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from producers.adapters import adapter_for
-from producers.commits import commit
+from producers.commits import Committer
 from producers.env_cache import EnvCache
 from producers.keyframes import KeyframeStore
 from producers.lockstep import Batcher, Lane
@@ -375,9 +375,11 @@ class RolloutWorker:
                 on_assigned()
 
         self.consumer.subscribe([self.topic], on_assign=assigned)
+        committer = Committer(self.consumer)
         try:
             while not stop.is_set():
                 msg = self.consumer.poll(0.5)
+                committer.retry()
                 if msg is None or msg.error():
                     continue
                 try:
@@ -396,7 +398,7 @@ class RolloutWorker:
                                  sum(s.success for s in summaries))
                 except (SchemaError, KeyError, ValueError) as exc:
                     self._dead_letter(msg, refusal_reason(exc))
-                commit(self.consumer, [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)])
+                committer.commit([TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)])
                 self.served += 1
         finally:
             self.consumer.close()

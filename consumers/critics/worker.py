@@ -47,7 +47,7 @@ from consumers.critics.semantic import CRITIC as SEMANTIC
 from consumers.critics.semantic import SemanticConfig, SemanticJudge, SemanticVerdict
 from consumers.critics.sequential import ACCEPT, CONTINUE, PASSED, REJECT, SequentialConfig, decide
 from consumers.evidence.store import EvidenceStore
-from producers.commits import commit
+from producers.commits import Committer
 from producers.publisher import Publisher
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
@@ -111,6 +111,7 @@ class CriticsWorker:
     def __init__(self, consumer: Consumer, publisher: Publisher, store: EvidenceStore, codec: Codec,
                  config: CriticsConfig, topic_prefix: str, judge: SemanticJudge | None = None):
         self.consumer, self.publisher, self.store, self.codec = consumer, publisher, store, codec
+        self.committer = Committer(consumer)
         self.config = config
         self.prefix = topic_prefix
         self.judge = judge
@@ -135,6 +136,7 @@ class CriticsWorker:
                 for msg in self.consumer.consume(num_messages=100, timeout=self.config.poll_interval_s):
                     if msg.error() is None:
                         self._take(msg)
+                self.committer.retry()
                 if time.monotonic() - last >= self.config.poll_interval_s:
                     last = time.monotonic()
                     self.advance_all()
@@ -193,7 +195,7 @@ class CriticsWorker:
                     if p.offset < upto:
                         self.pending.pop(p.event.get("scenario_id", f"~dead@{tp[1]}:{p.offset}"), None)
         if offsets:
-            commit(self.consumer, offsets)
+            self.committer.commit(offsets)
 
     # -- one candidate ----------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from consumers.evidence.exceptions import ConsumerFailed
 from consumers.evidence.staging import Accepted, Pending, StagedTable, TableOutcome
 from consumers.evidence.store import EvidenceStore
-from producers.commits import commit
+from producers.commits import Committer
 from schemas.catalog import BY_NAME, TOPICS, Topic
 from schemas.codec import Codec, SchemaIds
 from schemas.events import dead_letter as dead_letter_event
@@ -147,6 +147,7 @@ class EvidenceSink:
                  fail_on_consumer_error: bool = False):
         self.store = store
         self.consumer = consumer
+        self.committer = Committer(consumer)
         self.producer = producer
         self.codec = codec
         self.prefix = topic_prefix
@@ -182,6 +183,7 @@ class EvidenceSink:
                 while not stop.is_set():
                     messages = self._messages(self.consumer.consume(num_messages=self.batch_max,
                                                                     timeout=self.linger_s))
+                    self.committer.retry()
                     batch = self.prepare(messages) if messages else None
                     if in_flight is not None:
                         self.finish(*in_flight.result())
@@ -316,7 +318,7 @@ class EvidenceSink:
             last[key] = max(last.get(key, -1), msg.offset())
         offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
         if offsets:
-            commit(self.consumer, offsets)
+            self.committer.commit(offsets)
 
     def _add_to_totals(self, stats: BatchStats) -> None:
         for name in ("consumed", "stored", "duplicates", "conflicts", "dead_lettered"):

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from producers.commits import commit
+from producers.commits import Committer
 from producers.env_cache import EnvCache
 from producers.keyframes import KeyframeStore
 from producers.libero.exceptions import LiberoError
@@ -239,10 +239,12 @@ class LiberoWorker:
         from confluent_kafka import TopicPartition
 
         self.consumer.subscribe([f"{self.prefix}rollout.requests"])
+        committer = Committer(self.consumer)
         ready = False
         try:
             while not stop.is_set():
                 msg = self.consumer.poll(0.5)
+                committer.retry()
                 if not ready and self.consumer.assignment():
                     ready = True
                     if self.on_ready:
@@ -259,7 +261,7 @@ class LiberoWorker:
                                  msg.offset(), len(summaries), sum(s.success for s in summaries))
                 except (SchemaError, LiberoError, KeyError, ValueError) as exc:
                     self._dead_letter(msg, refusal_reason(exc))
-                commit(self.consumer, [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)])
+                committer.commit([TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)])
         finally:
             self.consumer.close()
 
