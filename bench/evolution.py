@@ -52,7 +52,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from consumers import benchmark_state as q  # noqa: E402
+from consumers import state as q  # noqa: E402
 from consumers.statistics import spearman  # noqa: E402
 from infra import orchestrator, processes  # noqa: E402
 from infra.kafka_clients import make_codec, make_producer  # noqa: E402

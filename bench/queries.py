@@ -10,7 +10,7 @@ and prints the HTML report's size:
   report    consumers.report.write_report (report.md + report.html), or today's markdown report
   diff      consumers.diff.compare_models for two models, or today's scores per model
   versions  consumers.diff.compare_with_previous: the two-version model's latest against its previous
-  status    consumers.benchmark_state.memory_figures, or today's table_counts
+  status    consumers.state.memory_figures, or today's table_counts
 
 Each time is the best of three runs. ``SELECT count()`` alone is answered from part metadata,
 so the bench also prints the ratio to ``SELECT count() ... FINAL``, which reads every row's key
@@ -274,8 +274,8 @@ def report_probe(store, out: Path, keyframes: Path):
             return (out / "report.html").stat().st_size if (out / "report.html").exists() else files
         return "consumers.report.write_report (report.md + report.html)", run
 
-    from consumers.benchmark_state import derived_state, scores
     from consumers.report import render_markdown
+    from consumers.state import derived_state, scores
 
     def today():
         out.mkdir(parents=True, exist_ok=True)
@@ -288,8 +288,8 @@ def diff_probe(store, model_a: str, model_b: str):
     if _has("consumers.diff", "compare_models"):
         from consumers.diff import compare_models
         return "consumers.diff.compare_models", lambda: compare_models(store, model_a, model_b)
-    from consumers.benchmark_state import scores
-    return "today's stand-in: benchmark_state.scores (no diff yet)", lambda: [
+    from consumers.state import scores
+    return "today's stand-in: state.scores (no diff yet)", lambda: [
         s for s in scores(store) if s.model_id in (model_a, model_b)]
 
 
@@ -301,11 +301,11 @@ def versions_probe(store, model_id: str):
 
 
 def status_probe(store):
-    if _has("consumers.benchmark_state", "memory_figures"):
-        from consumers.benchmark_state import memory_figures
-        return "consumers.benchmark_state.memory_figures", lambda: memory_figures(store)
-    from consumers.benchmark_state import table_counts
-    return "today's consumers.benchmark_state.table_counts", lambda: table_counts(store)
+    if _has("consumers.state", "memory_figures"):
+        from consumers.state import memory_figures
+        return "consumers.state.memory_figures", lambda: memory_figures(store)
+    from consumers.state import table_counts
+    return "today's consumers.state.table_counts", lambda: table_counts(store)
 
 
 def _timed(fn, repeats: int = 3) -> tuple[float, object]:

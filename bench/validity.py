@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.evolution import BASELINE_ARMS, run_arm, unseen_models  # noqa: E402
-from consumers import benchmark_state as q  # noqa: E402
+from consumers import state as q  # noqa: E402
 from consumers.statistics import spearman  # noqa: E402
 from infra import orchestrator  # noqa: E402
 from producers.seeds import held_out_seeds  # noqa: E402

@@ -2,9 +2,9 @@
 `sepa-eval diff MODEL_A MODEL_B`, `sepa-eval diff MODEL@1 MODEL@2`.
 
 A is the baseline, B the model under test; differences are B - A. A model named without a version
-is taken at its latest version (consumers.benchmark_state: versions are never pooled). Per
-scenario of the benchmark version (default: the latest; every scenario both were run on before the
-first promotion):
+is taken at its latest version (consumers.state: versions are never pooled). Per scenario of the
+benchmark version (default: the latest; every scenario both were run on before the first
+promotion):
 - both success rates with 95% Wilson intervals (one trial per seed and variant, as everywhere);
 - where the two share (seed, variant) pairs, the paired difference on those pairs with the exact
   McNemar test on the discordant pairs and a Newcombe interval; where they share none, Fisher's
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from consumers import benchmark_state as bs
+from consumers import state as bs
 from consumers.evidence.store import EvidenceStore
 from consumers.statistics import PairedDifference, fisher_exact_p, holm_adjusted, newcombe_unpaired_interval, paired
 
@@ -129,7 +129,7 @@ def compare_models(store: EvidenceStore, model_a: str | ModelRef, model_b: str |
     """B against A per scenario of the benchmark ``version``. A string is parsed as the CLI parses
     it (``MODEL`` at its latest version, or ``MODEL@VERSION``); a model id that holds an ``@`` is
     passed as ``ModelRef(model_id)``. ``seeds`` keeps held-out or selection seeds only
-    (benchmark_state.HELD_OUT / SELECTION; None: every seed)."""
+    (state.HELD_OUT / SELECTION; None: every seed)."""
     a, b = (m if isinstance(m, ModelRef) else ModelRef.parse(m) for m in (model_a, model_b))
     if not 0 < alpha < 1:
         raise DiffInputError(f"alpha must be between 0 and 1, got {alpha}")

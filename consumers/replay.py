@@ -22,12 +22,12 @@ from datetime import UTC
 
 from confluent_kafka import Consumer, KafkaException
 
-from consumers.benchmark_state import derived_state, state_digest
 from consumers.evidence.columns import table_columns
 from consumers.evidence.exceptions import ConsumerFailed, ReplayError
 from consumers.evidence.sink import EvidenceSink
 from consumers.evidence.store import EvidenceStore, migrate
 from consumers.prune import reapply_prunes
+from consumers.state import derived_state, state_digest
 from producers.publisher import Publisher
 from schemas import loader
 from schemas.catalog import BY_NAME, TOPICS, Topic
@@ -143,7 +143,7 @@ UNANALYSED_EPISODES = (
 
 def republish_in_flight(store: EvidenceStore, publisher: Publisher) -> dict[str, int]:
     """Re-publish what the loop still waits on (module docstring); per topic, how many events."""
-    from consumers.benchmark_state import candidates, refused_requests
+    from consumers.state import candidates, refused_requests
 
     counts: dict[str, int] = {}
 

@@ -18,7 +18,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.figure import Figure
 
-from consumers.report import ReportData, heatmap_colour
+from consumers.report_data import ReportData, heatmap_colour
 
 DPI = 90
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

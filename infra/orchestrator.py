@@ -27,9 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from consumers import benchmark_state as q
-from consumers.benchmark_state import refused_requests
 from consumers.evidence.store import EvidenceStore
+from consumers.state import online as q
 from infra import processes
 from infra.exceptions import NotRunning, OutOfSpace, RequestRefused, ReviewRefused, WaitTimeout
 from infra.settings import Settings
@@ -61,7 +60,7 @@ def still_coming(settings: Settings, store: EvidenceStore, requests: list[dict])
 
     def check() -> None:
         _require_alive(settings, state, (processes.ROLLOUT, processes.PIPELINE))
-        refused = refused_requests(store, topic, [r["request_id"] for r in requests])
+        refused = q.refused_requests(store, topic, [r["request_id"] for r in requests])
         if refused:
             raise RequestRefused("; ".join(f"the rollout worker refused {rid}: {reason}"
                                            for rid, reason in refused.items()))

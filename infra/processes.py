@@ -329,7 +329,7 @@ def _check_streams_settings(settings: Settings) -> None:
     """What the streams worker would refuse at start, refused before anything starts (its own
     failure would only show in streams.log). Imports faust only for the settings that need it."""
     if settings.streams_processing_guarantee != "at_least_once" or settings.openai_base_url or settings.openai_model:
-        from infra.streams_worker import check_settings
+        from infra.streams_config import check_settings
 
         check_settings(settings)
 

@@ -32,7 +32,7 @@ import numpy as np
 from confluent_kafka import Consumer
 from sinks import SESSION_MS, make_sink
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from consumers.critics.worker import CriticsConfig, CriticsWorker
 from infra.kafka_clients import consumer_config, ensure_topics, make_producer
 from infra.orchestrator import base_candidate

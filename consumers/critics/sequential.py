@@ -6,6 +6,7 @@
     decision.action        # "continue" (run seeds up to decision.next_seeds per arm), "accept", "reject"
     decision.checks        # {"solvable": CheckResult, "reproducible": ..., "harder": ..., "discriminative": ...}
     decision.verdict_fields(config)   # CriticVerdict fields (critic="robustness"), once decided
+    decision.evidence(config)         # its evidence_json as a record (schemas/verdict_evidence.py)
 
 Data: for every registered model, (candidate success, parent success) on the same seeds, in seed
 order (the parent arm is the control: the candidate's effect is measured seed for seed); for the
@@ -84,7 +85,6 @@ worst and the mean cost 17.8.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -98,6 +98,7 @@ from consumers.critics.exact import (
     upper_bound,
 )
 from consumers.critics.exceptions import ConfigError, CriticError, CriticInputError
+from schemas.verdict_evidence import ModelEvidence, RobustnessEvidence
 
 CRITIC = "robustness"
 CRITIC_VERSION = "robustness-sequential/1.0"
@@ -244,17 +245,17 @@ class Decision:
         """Episodes the validation had to run when the parent arm's first seeds exist (from sweeps)."""
         return self.candidate_rollouts + len(self.models) * max(0, self.seeds - existing_control_seeds)
 
-    def evidence(self) -> dict:
-        return {
-            "rule": CRITIC_VERSION, "action": self.action, "look": self.look, "seeds_per_arm": self.seeds,
-            "next_seeds": self.next_seeds, "unused_seeds": self.unused_seeds, "reason": self.reason,
-            "oracle_successes": self.oracle_successes,
-            "models": {m: asdict(c) for m, c in self.models.items()},
-            "checks": {n: asdict(c) for n, c in self.checks.items()},
-            "rollouts": {"candidate": self.candidate_rollouts, "control": self.control_rollouts,
-                         "total": self.rollouts, "per_model": self.rollouts_per_model},
-            "history": list(self.history),
-        }
+    def evidence(self, config: SequentialConfig) -> RobustnessEvidence:
+        """The verdict's evidence (schemas/verdict_evidence.py), the rule's whole trace given."""
+        return RobustnessEvidence(
+            rule=CRITIC_VERSION, action=self.action, look=self.look, seeds_per_arm=self.seeds,
+            next_seeds=self.next_seeds, unused_seeds=self.unused_seeds, reason=self.reason,
+            oracle_successes=self.oracle_successes,
+            models={m: ModelEvidence(**asdict(c)) for m, c in self.models.items()},
+            checks={n: asdict(c) for n, c in self.checks.items()},
+            rollouts={"candidate": self.candidate_rollouts, "control": self.control_rollouts,
+                      "total": self.rollouts, "per_model": self.rollouts_per_model},
+            history=self.history, config=asdict(config))
 
     def verdict_fields(self, config: SequentialConfig) -> dict:
         """CriticVerdict fields but envelope and scenario_id; only for a decided candidate.
@@ -263,11 +264,9 @@ class Decision:
         """
         if not self.decided:
             raise CriticError(f"no robustness verdict yet: the rule asks for {self.next_seeds} seeds per arm")
-        evidence = self.evidence() | {"config": asdict(config)}
         return {"critic": CRITIC, "critic_version": CRITIC_VERSION, "ran": True, "score": round(self.spread, 4),
                 "passed": self.action == ACCEPT, "backend": BACKEND, "reason": self.reason,
-                "evidence_json": json.dumps(evidence, sort_keys=True, separators=(",", ":")),
-                "rollouts": self.rollouts}
+                "evidence_json": self.evidence(config).to_json(), "rollouts": self.rollouts}
 
 
 def decide(oracle: Sequence[bool], models: Mapping[str, Sequence[tuple[bool, bool]]],

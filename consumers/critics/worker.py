@@ -19,7 +19,7 @@ that is not a base scenario, runs the three critics in order:
    of the oracle's first successful validation episode; with no judge configured, a verdict that
    says "not run" (missing evidence, never a pass).
 
-Everything a critic needs is read from the evidence log (consumers/benchmark_state.py), never kept
+Everything a critic needs is read from the evidence log (consumers/state/online.py), never kept
 here: a restarted worker re-reads its uncommitted candidates, finds the rollouts and verdicts that
 exist, and carries on; a seed some request in the log already asks for (its episode not ended
 yet) is not asked for again, a verdict already in the log is not judged again. A candidate's
@@ -31,22 +31,21 @@ candidate), so a re-derived one is byte-identical to the first.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka import Consumer, TopicPartition
 
-from consumers import benchmark_state as q
 from consumers.critics.safety import SafetyConfig, judge_safety
 from consumers.critics.semantic import CRITIC as SEMANTIC
 from consumers.critics.semantic import SemanticConfig, SemanticJudge, SemanticVerdict
 from consumers.critics.sequential import ACCEPT, CONTINUE, PASSED, REJECT, SequentialConfig, decide
 from consumers.evidence.store import EvidenceStore
+from consumers.state import online as q
 from producers.commits import Committer
 from producers.publisher import Publisher
 from schemas.catalog import BY_NAME
@@ -261,11 +260,10 @@ class CriticsWorker:
                [outcome[(parent_id, m, s)] for m in ranked for s in range(decision.seeds)]
         fields = decision.verdict_fields(cfg)
         if borderline(decision, cfg):
-            evidence = json.loads(fields["evidence_json"]) | {"borderline": True}
+            evidence = replace(decision.evidence(cfg), borderline=True)
             why = (f"borderline, undecided at {decision.seeds} seeds per arm (every test under the nominal "
                    f"{cfg.alpha}): {decision.reason}")
-            fields = fields | {"passed": None, "reason": why,
-                               "evidence_json": json.dumps(evidence, sort_keys=True, separators=(",", ":"))}
+            fields = fields | {"passed": None, "reason": why, "evidence_json": evidence.to_json()}
         event = self._verdict(candidate, fields, used)
         self.publisher.publish(event)
         self.stats["verdicts"] += 1

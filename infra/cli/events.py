@@ -18,7 +18,7 @@ from consumers import replay as replay_mod
 from consumers.evidence.exceptions import EvidenceError
 from consumers.evidence.sink import GROUP_ID, EvidenceSink
 from infra import orchestrator, processes
-from infra.cli import app, codec_of, console, err, fail, make_publisher, settings_of
+from infra.cli.base import app, codec_of, console, err, fail, make_publisher, settings_of
 from infra.embedded_broker import TansuBroker
 from infra.exceptions import InfraError, NotRunning
 from infra.kafka_clients import consumer_config, ensure_topics, make_producer, producer_config, topic_message_counts

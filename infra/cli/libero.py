@@ -25,7 +25,7 @@ import typer
 from rich.table import Table
 
 from infra import processes
-from infra.cli import app, codec_of, console, fail, make_publisher, settings_of
+from infra.cli.base import app, codec_of, console, fail, make_publisher, settings_of
 from infra.exceptions import InfraError, LiberoSetupError
 from infra.libero_venv import LiberoVenv, build, check
 

@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 import typer
 from rich.table import Table
 
-from consumers.benchmark_state import content_digest, derived_state, open_reviews, state_digest
 from consumers.evidence.exceptions import EvidenceError
 from consumers.report import write_report
+from consumers.state import content_digest, derived_state, open_reviews, state_digest
 from infra import orchestrator, processes
-from infra.cli import app, codec_of, console, fail, make_publisher, republished_line, settings_of
+from infra.cli.base import app, codec_of, console, fail, make_publisher, republished_line, settings_of
 from infra.exceptions import InfraError, WaitTimeout
 from producers.exceptions import ProducerError
 from streams.exceptions import ConfigError

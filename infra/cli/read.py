@@ -26,7 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from consumers import benchmark_state as bs
+from consumers import state as bs
 from consumers.diff import DiffInputError, ModelRef, as_dict, compare_models, rows
 from consumers.evidence.exceptions import EvidenceError, StoreUnavailable
 from consumers.evidence.store import EvidenceStore
@@ -35,7 +35,7 @@ from consumers.exports.jsonl import export_jsonl
 from consumers.exports.output import ExportFilters
 from consumers.prune import prune as prune_store
 from infra import processes
-from infra.cli import app, console, err, fail, settings_of
+from infra.cli.base import app, console, err, fail, settings_of
 from infra.exceptions import InfraError
 from infra.settings import Settings
 from schemas import loader
@@ -68,7 +68,8 @@ def report(ctx: typer.Context,
     """Write report.md and a self-contained report.html: success heatmap with intervals, frontier and
     discrimination per benchmark version, saturation, clusters with keyframes, promotions with
     their evidence, execution quality."""
-    from consumers.report import NothingToReport, write_report  # jinja2, and matplotlib to draw
+    from consumers.report import write_report  # jinja2, and matplotlib to draw
+    from consumers.report_data import NothingToReport
 
     settings = settings_of(ctx)
     output = output or settings.memory_dir

@@ -8,10 +8,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from consumers.benchmark_state import MemoryFigures, memory_figures
 from consumers.evidence.exceptions import EvidenceError
+from consumers.state import MemoryFigures, memory_figures
 from infra import processes
-from infra.cli import app, codec_of, console, err, fail, republished_line, settings_of
+from infra.cli.base import app, codec_of, console, err, fail, republished_line, settings_of
 from infra.cli.read import open_existing_store
 from infra.exceptions import InfraError
 from infra.kafka_clients import ensure_topics, topic_message_counts

@@ -28,11 +28,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from consumers.diff import DiffInputError, compare_with_previous, rows
 from consumers.evidence.exceptions import EvidenceError, StoreUnavailable
 from infra import orchestrator, processes
-from infra.cli import app, codec_of, console, err, fail, make_publisher, settings_of
+from infra.cli.base import app, codec_of, console, err, fail, make_publisher, settings_of
 from infra.cli.events import require_pipeline, require_rollout_worker
 from infra.cli.read import DIFF_TABLE_WIDTH, open_existing_store
 from infra.exceptions import GateBusy, InfraError, ReviewRefused, WaitTimeout
@@ -151,7 +151,7 @@ def promote(ctx: typer.Context,
     """Run the promotion gate once over the pending candidates (the streams worker's gate, with the
     same config) and publish its decisions: promotions with their benchmark versions, rejections,
     deferrals, review requests, retirements."""
-    from infra.streams_worker import gate_config  # faust, through the gate's agent module
+    from infra.streams_config import gate_config  # faust, through the gate's agent module
     from streams.gate.agent import gate_state
     from streams.gate.gate import PromotionGate
 

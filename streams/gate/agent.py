@@ -10,7 +10,7 @@ timer runs the gate every ``tick_interval_s`` while this worker holds the partit
 agent checks that each CriticVerdict judges a scenario the log knows, and dead-letters it if not.
 
 Each tick (in an executor: the store is blocking I/O): build GateState from the evidence log
-(consumers.benchmark_state), ask PromotionGate for the decisions it calls for, publish them, and
+(consumers.state.online), ask PromotionGate for the decisions it calls for, publish them, and
 then wait until the log shows them before deciding again, so the next benchmark version is
 counted from a log that holds the last one (read your own writes). Decisions are a function of the
 log, so deciding again after a crash re-derives the same events, which the evidence log counts once.
@@ -19,24 +19,25 @@ log, so deciding again after a crash re-derives the same events, which the evide
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import faust
 from faust.types import TP
 
-from consumers import benchmark_state as q
 from consumers.evidence.store import EvidenceStore
+from consumers.state import online as q
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from schemas.events import utc_now
+from schemas.exceptions import InvalidEvidence
+from schemas.verdict_evidence import RobustnessEvidence
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.failures.agents import register_blocking_agent
-from streams.gate.gate import ActiveScenario, Candidate, GateState, PromotionGate, Review, Verdict
+from streams.gate.gate import ROBUSTNESS, ActiveScenario, Candidate, GateState, PromotionGate, Review, Verdict
 
 log = logging.getLogger("sepa.streams.gate")
 OUTPUT_TOPIC = "benchmark.decisions"
@@ -58,11 +59,10 @@ def gate_state(store: EvidenceStore) -> GateState:
         candidates[c.scenario_id] = Candidate(c.scenario_id, c.parent_scenario_id, dict(c.scenario), c.factor,
                                               c.generator, c.cycle_id, c.source_cluster_id, c.event_id,
                                               c.proposed_at)
-        latest: dict[str, Verdict] = {}
+        latest = {}
         for v in sorted(c.verdicts, key=lambda v: (v.event_time, v.event_id)):
-            latest[v.critic] = Verdict(v.critic, v.ran, v.passed, v.score, v.reason, _json(v.evidence_json),
-                                       v.event_id, v.event_time)
-        verdicts[c.scenario_id] = latest
+            latest[v.critic] = v
+        verdicts[c.scenario_id] = {critic: _verdict(v) for critic, v in latest.items()}
     decided: dict[str, set[str]] = {}
     deferred: dict[str, set[str]] = {}
     reviews: dict[str, Review] = {}
@@ -91,12 +91,23 @@ def gate_state(store: EvidenceStore) -> GateState:
     return state
 
 
-def _json(text: str) -> dict:
+def _verdict(v) -> Verdict:
+    """The gate's Verdict of a stored one, the robustness evidence decoded into its record here, at
+    the boundary; the other critics' evidence is not read (the gate uses nothing of it). Unreadable
+    robustness evidence gives no evidence and the error: the gate defers the candidate on it."""
+    evidence, error = _robustness_evidence(v.evidence_json, v.event_id) if v.critic == ROBUSTNESS else (None, None)
+    return Verdict(v.critic, v.ran, v.passed, v.score, v.reason, evidence, v.event_id, v.event_time, error)
+
+
+@lru_cache(maxsize=2048)
+def _robustness_evidence(text: str, event_id: str) -> tuple[RobustnessEvidence | None, str | None]:
+    """Decoded once per verdict, though every tick reads the log again (so a bad one is logged once)."""
     try:
-        value = json.loads(text or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return RobustnessEvidence.from_json(text, verdict=event_id), None
+    except InvalidEvidence as exc:
+        log.warning("%s: the gate cannot use this verdict; while it is a pending candidate's latest robustness "
+                    "verdict, the candidate is deferred", exc)
+        return None, str(exc)
 
 
 class GateRunner:

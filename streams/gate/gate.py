@@ -34,11 +34,13 @@ The checks, in order (the seed system's gates, decided sequentially; the first t
    than the static base did). The base and compositions are not capped.
 
 A verdict missing ``verdict_timeout_s`` after the candidate was proposed -> Deferred (once per
-reason). Candidates of one evolution cycle are decided together, in scenario-id order, once every
-one of them is ready, so the benchmark versions they get do not depend on which critic finished
-first. Every Promoted and Retired yields the next benchmark version. After promotions, active
-scenarios that every registered model passes (``retire_min_success`` over at least
-``retire_min_episodes``) are retired, as long as a scenario that still discriminates stays active.
+reason); so is, at once, a robustness verdict whose evidence does not read as its record
+(schemas/verdict_evidence.py), the reason naming the key at fault. Candidates of one evolution
+cycle are decided together, in scenario-id order, once every one of them is ready, so the
+benchmark versions they get do not depend on which critic finished first. Every Promoted and
+Retired yields the next benchmark version. After promotions, active scenarios that every
+registered model passes (``retire_min_success`` over at least ``retire_min_episodes``) are
+retired, as long as a scenario that still discriminates stays active.
 
 Event times come from the evidence a decision rests on (the latest verdict, or the candidate plus
 the timeout), so deciding the same log again yields byte-identical events.
@@ -52,6 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from schemas.events import make_event
+from schemas.verdict_evidence import RobustnessEvidence
 from streams.exceptions import ConfigError
 from streams.mutations.operators import MAX_ACTIVE_PER_FACTOR
 
@@ -72,7 +75,7 @@ class GateConfig:
     redundancy_min_pairs: int = 8  # shared seeds per model the paired comparison needs
     max_per_factor: int = MAX_ACTIVE_PER_FACTOR  # active scenarios changing one factor, at most (breadth)
     # every registered model at or above this success rate ... (below the report's "saturated", 0.95:
-    # benchmark_state.SATURATION_RATE says why)
+    # consumers/state/scope.py, SATURATION_RATE, says why)
     retire_min_success: float = 0.90
     retire_min_episodes: int = 10  # ... over at least this many episodes each: saturated, retired
     run_id: str = "gate"
@@ -115,9 +118,12 @@ class Verdict:
     passed: bool | None
     score: float | None
     reason: str
-    evidence: dict
+    # The robustness verdict's evidence, decoded once where GateState is built (streams/gate/agent.py);
+    # None for the other critics (the gate reads nothing of theirs) and for unreadable evidence.
+    evidence: RobustnessEvidence | None
     event_id: str
     event_time: datetime
+    evidence_error: str | None = None  # why the evidence could not be read (InvalidEvidence's message)
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,7 @@ class ActiveScenario:
 
 @dataclass
 class GateState:
-    """The log as the gate reads it (built by the agent from consumers.benchmark_state queries)."""
+    """The log as the gate reads it (built by the agent from consumers.state.online queries)."""
 
     version: int  # the current benchmark version (0: nothing promoted yet)
     candidates: dict[str, Candidate]
@@ -243,12 +249,20 @@ class PromotionGate:
         if robust is None or not robust.ran:
             return missing(ROBUSTNESS)
         evidence.append(robust.event_id)
-        checks[ROBUSTNESS] = robust.evidence.get("checks", {})
+        if robust.evidence is None:
+            # Evidence that does not read as the robustness record (schemas/verdict_evidence.py: a key
+            # missing, renamed or mistyped, not JSON) is a verdict the gate cannot use, whatever it says:
+            # Deferred at once with the reason (naming the key and the verdict; the tick logs it), as a
+            # judge that did not really run is; never promoted or rejected on it. The candidate stays
+            # pending, so a later verdict decides it.
+            return _Outcome("Deferred", f"robustness verdict unusable: {robust.evidence_error or 'no evidence'}",
+                            checks, tuple(evidence), robust.event_time)
+        checks[ROBUSTNESS] = robust.evidence.checks
         if robust.passed is False:
             return _Outcome("Rejected", f"robustness: {robust.reason}", checks, tuple(evidence), robust.event_time)
         # Undecided at the rule's last look with every test near its level: a person decides, once the
         # other critics have had their say.
-        borderline = robust.passed is None or bool(robust.evidence.get("borderline"))
+        borderline = robust.passed is None or robust.evidence.borderline
         latest = robust.event_time
 
         safety = verdicts.get(SAFETY)
@@ -307,7 +321,7 @@ class PromotionGate:
         return sorted({*(sid for sid, a in state.active.items() if a.factor == c.factor),
                        *(s.scenario_id for s in siblings if s.factor == c.factor)})
 
-    def _redundant_with(self, state: GateState, c: Candidate, robustness: dict,
+    def _redundant_with(self, state: GateState, c: Candidate, robustness: RobustnessEvidence,
                         siblings: list[Candidate]) -> tuple[str | None, str | None]:
         """(the scenario of the same factor the candidate measures again, how that was compared):
         an active one or a sibling promoted before it, first by id. Compared seed for seed where
@@ -332,10 +346,9 @@ class PromotionGate:
         """The share of the shared seeds on which the two scenarios' outcomes differ for the model."""
         return sum(state.outcomes[(a, model)][k] != state.outcomes[(b, model)][k] for k in keys) / len(keys)
 
-    def _rates_agree(self, state: GateState, c: Candidate, sid: str, robustness: dict) -> bool:
-        n = robustness.get("seeds_per_arm") or 0
-        rates = {m: v["candidate_successes"] / n for m, v in (robustness.get("models") or {}).items()
-                 if n and isinstance(v, dict) and "candidate_successes" in v}
+    def _rates_agree(self, state: GateState, c: Candidate, sid: str, robustness: RobustnessEvidence) -> bool:
+        n = robustness.seeds_per_arm
+        rates = {m: v.candidate_successes / n for m, v in robustness.models.items()} if n else {}
         other = {m: state.success[(sid, m)] for m in rates if (sid, m) in state.success}
         if not rates or len(other) < len(rates):
             return False

@@ -34,8 +34,8 @@ from functools import cached_property
 
 import faust
 
-from consumers import benchmark_state as q
 from consumers.evidence.store import EvidenceStore
+from consumers.state import online as q
 from producers.rollout_worker import sweep_request
 from producers.seeds import selection_seeds
 from schemas.catalog import BY_NAME

@@ -32,8 +32,8 @@ from functools import cached_property
 
 import faust
 
-from consumers import benchmark_state as q
 from consumers.evidence.store import EvidenceStore
+from consumers.state import online as q
 from producers.libero.exceptions import LiberoScenarioError
 from producers.libero.scenario import LiberoScenario
 from producers.sim.exceptions import ScenarioError

@@ -7,7 +7,7 @@ import pytest
 import read_world as world
 from evidence_factory import EvidenceLog, spec, store_events
 
-from consumers import benchmark_state as bs
+from consumers import state as bs
 
 
 @pytest.fixture

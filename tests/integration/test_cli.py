@@ -126,7 +126,7 @@ def loop_facts(memory_dir: Path) -> dict:
     """What a finished `run` left in the evidence log (read after `down`)."""
     return json.loads(run_chdb(memory_dir, """
 import json
-from consumers import benchmark_state as q
+from consumers import state as q
 cycles = q.cycles(store)
 candidates = [c for c in q.candidates(store) if c.generator != "base"]
 print(json.dumps({

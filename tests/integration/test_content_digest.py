@@ -8,7 +8,7 @@ import uuid
 
 from evidence_factory import EvidenceLog, spec, store_events
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from consumers.evidence.store import migrate
 
 

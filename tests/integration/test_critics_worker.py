@@ -16,7 +16,7 @@ from evidence_factory import EvidenceLog, store_events
 from loop_harness import BASE, MODELS, LoopWorld, Responder, child, harder_for, never
 from openai_judge_server import OpenAIJudgeServer
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from consumers.critics.semantic import SemanticConfig, SemanticJudge
 from consumers.critics.worker import CriticsConfig, CriticsWorker, _Pending, validation_request
 from infra.kafka_clients import ensure_topics, make_producer

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer
 from evidence_factory import EvidenceLog, store_events
 from sinks import make_sink
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from infra import processes
 from infra.kafka_clients import consumer_config, ensure_topics, make_producer, producer_config
 from producers.publisher import Publisher

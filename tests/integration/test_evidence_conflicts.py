@@ -15,10 +15,10 @@ import fastavro
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from consumers.benchmark_state import table_counts
 from consumers.evidence.exceptions import ReplayError
 from consumers.evidence.sink import EvidenceSink
 from consumers.replay import compare, rebuild
+from consumers.state import table_counts
 from infra.kafka_clients import consumer_config, ensure_topics, make_producer
 from producers.publisher import Publisher
 from producers.synthetic import episodes

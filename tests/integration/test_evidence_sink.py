@@ -5,8 +5,8 @@ from confluent_kafka import Producer
 from marks import slow_on_kafka
 from sinks import drain, rebuild_from
 
-from consumers.benchmark_state import derived_state, state_digest, table_counts
 from consumers.replay import compare, republish
+from consumers.state import derived_state, state_digest, table_counts
 from infra.kafka_clients import make_producer
 from producers.publisher import Publisher
 from producers.synthetic import episodes

@@ -12,7 +12,7 @@ from evidence_factory import EvidenceLog, store_events
 from loop_harness import BASE, MODELS, LoopWorld, child, critic_verdicts
 from sinks import rebuild_from
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from consumers.evidence.store import migrate
 from consumers.replay import compare
 from schemas.codec import Codec

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from evidence_factory import EvidenceLog, spec, store_events
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from producers.libero.scenario import INIT_STATES_PER_TASK
 from producers.seeds import HELD_OUT_FROM, held_out_seeds, is_held_out, selection_seeds
 from streams.gate.agent import gate_state

@@ -61,7 +61,7 @@ print(json.dumps({{t: [r[0] for r in store.query(f"SELECT envelope.event_id FROM
 def _decisions(memory_dir) -> dict:
     return json.loads(run_chdb(memory_dir, """
 import json
-from consumers import benchmark_state as q
+from consumers import state as q
 print(json.dumps({
     "candidates": sorted([c.scenario_id, c.status] for c in q.candidates(store)),
     "decisions": sorted([d.event_type, d.scenario_id, d.benchmark_version, d.event_id] for d in q.decisions(store)),

@@ -11,7 +11,7 @@ import json
 
 from loop_harness import LoopWorld, always, harder_for, never
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from producers.libero.mutations import layout, material
 from producers.libero.scenario import LiberoScenario
 from producers.rollout_worker import serves

@@ -15,7 +15,7 @@ import uuid
 import pytest
 from evidence_factory import EvidenceLog, store_events
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from consumers.evidence.store import migrate
 from infra.libero_feasibility import scenario_feasibility
 from producers.libero.scenario import LiberoScenario

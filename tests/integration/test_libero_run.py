@@ -26,7 +26,7 @@ def test_run_on_libero_goes_round_the_loop_on_libero_scenarios_only(libero_venv,
         sepa(memory_dir, "down", env=env)
     facts = json.loads(run_chdb(memory_dir, """
 import json
-from consumers import benchmark_state as q
+from consumers import state as q
 rows = store.query("SELECT DISTINCT scenario.benchmark, purpose FROM {database}.rollout_requests FINAL")
 held_out = q.scores(store, version=q.current_version(store), seeds=q.HELD_OUT)
 print(json.dumps({

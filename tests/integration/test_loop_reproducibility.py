@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from evidence_factory import EvidenceLog, store_events
 from loop_harness import BASE, MODELS, LoopWorld, child, harder_for, never
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from consumers.evidence.store import migrate
 from producers.sim.feasibility import FeasibilityResult
 from schemas.codec import Codec

@@ -12,7 +12,7 @@ import pytest
 from evidence_factory import EvidenceLog, spec, store_events
 from sinks import make_sink
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from infra.exceptions import WaitTimeout
 from infra.kafka_clients import ensure_topics, make_producer
 from infra.orchestrator import (
@@ -21,7 +21,6 @@ from infra.orchestrator import (
     check_models,
     cycle_started,
     deadline_in,
-    refused_requests,
     request_rollouts,
     wait_for_episodes,
     wait_until_settled,
@@ -152,7 +151,7 @@ def test_the_waits_name_what_is_missing_until_every_episode_is_analysed_and_ever
     publish(publisher, dead_letter("worker", "worker", topic, 0, 5, b"k", Codec().encode(longer),
                                    "KeyError: model 'x' is not registered"))
     sink.landed("dead_letters", 1)
-    assert refused_requests(store, topic, [first["request_id"], longer["request_id"]]) == {
+    assert q.refused_requests(store, topic, [first["request_id"], longer["request_id"]]) == {
         longer["request_id"]: "KeyError: model 'x' is not registered"}
 
 

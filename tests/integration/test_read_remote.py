@@ -14,10 +14,10 @@ import pytest
 import read_world as world
 from evidence_factory import store_events
 
-from consumers import benchmark_state as bs
+from consumers import state as bs
 from consumers.diff import compare_models
 from consumers.evidence.endpoint import RemoteStore, serve
-from consumers.report import gather
+from consumers.report_data import gather
 
 ROOT = Path(__file__).resolve().parents[2]
 RANKING = ["strong", "medium", "weak"]

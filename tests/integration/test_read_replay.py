@@ -4,8 +4,8 @@ the world's events go through a real broker and the evidence sink, then into an 
 import read_world as world
 from sinks import drain, rebuild_from
 
-from consumers.benchmark_state import benchmark_versions, derived_state
 from consumers.replay import compare
+from consumers.state import benchmark_versions, derived_state
 from infra.kafka_clients import ensure_topics, make_producer
 from producers.publisher import Publisher
 

@@ -10,9 +10,10 @@ import read_world as world
 from chromium import chromium_binary, render
 from evidence_factory import store_events
 
-from consumers import benchmark_state as bs
+from consumers import state as bs
 from consumers.evidence.store import migrate
-from consumers.report import NothingToReport, gather, heatmap_colour, write_report
+from consumers.report import write_report
+from consumers.report_data import NothingToReport, gather, heatmap_colour
 from producers.keyframes import KeyframeStore
 
 needs_chromium = pytest.mark.skipif(chromium_binary() is None, reason="Debian package chromium not installed "

@@ -17,12 +17,12 @@ from cli_in_process import StandIns, cli_env, sepa
 from evidence_factory import EvidenceLog, spec
 from sinks import make_sink
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from infra import processes
 from infra.kafka_clients import ensure_topics, make_producer
 from infra.orchestrator import wait_for_decisions
 from infra.settings import Settings
-from infra.streams_worker import gate_config
+from infra.streams_config import gate_config
 from producers.publisher import Publisher
 from schemas.events import utc_now
 from streams.gate.agent import gate_state

@@ -321,7 +321,7 @@ WEBSOCKET_MODELS = """models:
 def test_a_websocket_model_is_swept_through_the_rollout_worker_into_the_evidence_log(tansu, store, tmp_path):
     from sinks import make_sink
 
-    from consumers import benchmark_state as q
+    from consumers import state as q
 
     prefix = fresh_prefix(tansu)
     stop = threading.Event()

@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from evidence_factory import EvidenceLog, spec, store_events
 from sinks import make_sink
 
-from consumers import benchmark_state as q
+from consumers import state as q
 from infra import orchestrator
 from infra.kafka_clients import ensure_topics, make_producer
 from infra.settings import Settings
@@ -169,7 +169,7 @@ def test_a_registration_of_a_model_no_rollout_worker_serves_is_dead_lettered_not
 
 
 def test_the_streams_worker_runs_the_sweeper_with_the_settings_seeds(tmp_path):
-    from infra.streams_worker import streams_config
+    from infra.streams_config import streams_config
     from streams.app import StreamsConfig, make_app
 
     settings = Settings(memory_dir=tmp_path, sweep_seeds=7)

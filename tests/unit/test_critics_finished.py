@@ -4,7 +4,7 @@ held two or three verdicts per candidate depending on timing (CI saw two runs of
 
 from datetime import UTC, datetime
 
-from consumers.benchmark_state import Verdict
+from consumers.state import Verdict
 from infra.orchestrator import critics_finished
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -13,8 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "exports"))
 from hard_case_world import build_world  # noqa: E402
 
-from consumers.benchmark_state import derived_state, state_digest, table_fingerprints  # noqa: E402
 from consumers.prune import prune, prune_horizon, reapply_prunes  # noqa: E402
+from consumers.state import derived_state, state_digest, table_fingerprints  # noqa: E402
 from schemas.events import make_event  # noqa: E402
 from tests.store_events import store_events  # noqa: E402
 

@@ -4,6 +4,7 @@ are a function of the log, and a verdict that did not really run is never a pass
 import json
 from datetime import UTC, datetime, timedelta
 
+from schemas.verdict_evidence import RobustnessEvidence
 from streams.gate.gate import ActiveScenario, Candidate, GateConfig, GateState, PromotionGate, Review, Verdict
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -22,7 +23,8 @@ def verdict(critic: str, passed: bool | None = True, ran: bool = True, decision:
     evidence = {"action": decision, "checks": {"solvable": {"status": "passed"}}, "seeds_per_arm": 8,
                 "models": {m: {"candidate_successes": k} for m, k in wins.items()},
                 "borderline": decision == "undecided"}
-    return Verdict(critic, ran, passed, 1.0 if passed else 0.0, f"{critic} says {passed}", evidence,
+    return Verdict(critic, ran, passed, 1.0 if passed else 0.0, f"{critic} says {passed}",
+                   RobustnessEvidence.from_dict(evidence) if critic == "robustness" else None,
                    f"v-{critic}", T0 + timedelta(minutes=minutes))
 
 
@@ -140,7 +142,8 @@ def test_redundancy_reads_the_robustness_critics_own_evidence():
 
     robust, safety, _ = critic_verdicts("scn-a", T0, accept=True)
     verdicts = {v["critic"]: Verdict(v["critic"], v["ran"], v["passed"], v["score"], v["reason"],
-                                     json.loads(v["evidence_json"]), v["envelope"]["event_id"],
+                                     RobustnessEvidence.from_json(v["evidence_json"])
+                                     if v["critic"] == "robustness" else None, v["envelope"]["event_id"],
                                      v["envelope"]["event_time"]) for v in (robust, safety)}
     active = {"scn-base": ActiveScenario("scn-base", {}, "base", ""),
               "scn-old": ActiveScenario("scn-old", {}, "friction", "scn-base")}

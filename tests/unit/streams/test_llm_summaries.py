@@ -13,7 +13,7 @@ from openai_stub_server import OpenAIStub
 from test_cluster_stage import CODEC, PREFIX, Clock, wire
 
 from infra.settings import Settings
-from infra.streams_worker import llm_summarizer
+from infra.streams_config import llm_summarizer
 from streams.exceptions import ConfigError
 from streams.failures.agents import llm_summaries
 from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
