@@ -15,7 +15,7 @@ result is a function of its inputs alone, on any x86-64 machine.
 
 and, for other numba code, the compiled kernels: ``vdot``, ``matvec``, ``matmat``, ``spd_inverse``,
 ``sym_pinv``, ``jacobi_eigh``. They agree with numpy's BLAS results to a few ulps
-(tests/unit/test_fixed_order.py states the tolerances); they are not bit-equal to any one kernel,
+(tests/unit/producers/test_fixed_order.py states the tolerances); they are not bit-equal to any one kernel,
 which is the point.
 
 Runs in the project's venv and in the LIBERO venv (numpy and numba only).

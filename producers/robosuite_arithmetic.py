@@ -18,7 +18,7 @@ module:
   and nullspace_torques (orientation_error only uses np.cross, no BLAS: robosuite's own stays).
 
 The replacements agree with robosuite's originals to a few ulps (mat2quat: to float32 precision,
-as robosuite computes it in float32; tests/unit/test_fixed_order.py), and they are the same on
+as robosuite computes it in float32; tests/unit/producers/test_fixed_order.py), and they are the same on
 every machine. It works for robosuite 1.5 (this venv) and 1.4 (the LIBERO venv): the names are the
 same. Call ``install()`` after importing the robosuite modules in use and before building an env
 (producers/sim/envs.py and producers/libero/env.py do, on import and in make_env); it is

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "exports"))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "consumers" / "exports"))
 from hard_case_world import STEPS, with_kind, world_events  # noqa: E402
 from test_hard_case_exports import check_lerobot_v3  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The faust app factory: settings the notes require, topics as raw bytes, agents per config.
 Builds apps only; connects to nothing. The edge (settings -> app) is tested in
-tests/unit/test_streams_worker.py."""
+tests/unit/infra/test_streams_worker.py."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from infra.settings import Settings, load_settings
 from producers.seeds import HELD_OUT_FROM
 from schemas.catalog import TOPICS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COMPOSE_DIR = REPO / "infra" / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
 DOCKERFILE = COMPOSE_DIR / "Dockerfile"

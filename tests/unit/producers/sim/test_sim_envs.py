@@ -13,7 +13,7 @@ from producers.sim.policies import make_policy
 from producers.sim.rollout import run_episode
 from producers.sim.scenario import Distractor, ScenarioSpec
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO = pathlib.Path(__file__).resolve().parents[4]
 EXPECTED_KEYS = {"eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",
                  "joint_torques", "joint_pos", "goal_distance", "object_lift"}
 
@@ -71,7 +71,7 @@ def test_episode_independent_of_history(env_factory):
 def test_same_seed_same_rollout_across_processes(env_factory):
     here = _digest(env_factory(_det_spec()), 11)
     code = (
-        "import sys; sys.path.insert(0, 'tests/unit/sim'); "
+        "import sys; sys.path.insert(0, 'tests/unit/producers/sim'); "
         "from test_sim_envs import _digest, _det_spec; from producers.sim.envs import make_env; "
         "print(_digest(make_env(_det_spec()), 11))"
     )

@@ -276,7 +276,7 @@ def test_a_malformed_signal_is_refused_at_step_naming_the_field(signals, message
 
 
 def test_the_fast_check_gives_what_the_full_check_gives_on_robosuite_signals():
-    trace = json.loads((Path(__file__).parent / "streams" / "data" / "lift_regrasp.json").read_text())
+    trace = json.loads((Path(__file__).parents[1] / "streams" / "failures" / "data" / "lift_regrasp.json").read_text())
     signals = [{k: v for k, v in row.items() if k in SIGNAL_FIELDS} for row in trace["steps"]]
     recorder, _ = _recorder()
     recorder.start()

@@ -16,7 +16,7 @@ with the next attempt's offset (a test-only retry, independent of producers/sim/
 Signals are rounded to 5 decimals.
 
 Usage (needs the simulator, ~20 s):
-    .venv/bin/python tests/unit/streams/data/record_lift_traces.py
+    .venv/bin/python tests/unit/streams/failures/data/record_lift_traces.py
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from producers.sim import ROBOSUITE_IMPORT_NOISE
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_robosuite_import_noise_is_dropped_and_other_warnings_show():

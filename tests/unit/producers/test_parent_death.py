@@ -43,7 +43,7 @@ def _alive(pid: int) -> bool:
 
 def test_the_pool_and_its_resource_tracker_die_with_a_killed_worker(tmp_path):
     worker = subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3])
     try:
         pool_pids = {int(p) for p in worker.stdout.readline().split()}
         assert len(pool_pids) == 2, pool_pids
