@@ -2,7 +2,7 @@
 published steps/s a pool of worker processes makes.
 
 Prints, from one run (Lift, embedded Tansu broker):
-  1. SimEnv.step alone, robosuite's stock step against the lean step (producers/sim/envs.py
+  1. SimEnv.step alone, robosuite's stock step against the lean step (producers/sim/lean_step.py
      _LeanControlStep), alternating on the same seeds and actions: per-process steps/s of the
      simulator, per wall second and per CPU second;
   2. per-step time of the bare loop (oracle policy + env.step + the signals it reads), and of the

@@ -21,18 +21,20 @@ renderer stays valid); every scenario edit is re-applied after each reset anyway
 settle steps below a reset takes ~50 ms.
 
 Speed: a control step runs 25 physics substeps, and robosuite runs its controller in Python on
-each. ``step`` goes through _LeanControlStep, which makes the same MuJoCo calls and does the same
-arithmetic without robosuite's per-substep overhead, the arithmetic compiled
-(producers/sim/osc_substep.py): about 3x the steps/s of robosuite's own step, with bit-identical
-results (tests/unit/sim/test_sim_lean_step.py compares the two). Both run the fixed-order
+each. ``step`` goes through _LeanControlStep (producers/sim/lean_step.py), which makes the same
+MuJoCo calls and does the same arithmetic without robosuite's per-substep overhead, the arithmetic
+compiled (producers/sim/osc_substep.py): about 3x the steps/s of robosuite's own step, with bit-identical
+results (tests/unit/producers/sim/test_sim_lean_step.py compares the two). Both run the fixed-order
 arithmetic producers/robosuite_arithmetic.py installs into robosuite on import, so an episode is
 the same on every machine, whichever BLAS kernel numpy picked.
 ``robosuite_env.lean_step = False`` runs robosuite's stock step.
 
+Tasks: the robosuite task classes and each task's goal and success are producers/sim/tasks.py's.
 Tasks beyond robosuite's own: lift then place (``spec.place_target_xy``, Lift only): the goal is
 the target on the table and success is the cube lifted first, then resting there, released (see
-success_relative); lift and hold (``spec.success_hold_steps``) is the rollout's business
-(producers/sim/rollout.py): the env reports success per step, the episode ends once it held.
+_Lift.success_relative there); lift and hold (``spec.success_hold_steps``) is the rollout's
+business (producers/sim/rollout.py): the env reports success per step, the episode ends once it
+held.
 
 The episode clock is ours: robosuite runs with ``ignore_done=True`` and ``done`` is
 ``steps >= spec.horizon``. Each reset lets objects settle for SETTLE_STEPS control steps (robosuite
@@ -51,24 +53,19 @@ from typing import Any
 import mujoco
 import numpy as np
 from robosuite.controllers import load_composite_controller_config
-from robosuite.controllers.composite.composite_controller import CompositeController
-from robosuite.controllers.parts.arm.osc import OperationalSpaceController
-from robosuite.controllers.parts.gripper.simple_grip import SimpleGripController
-from robosuite.environments.base import MujocoEnv
-from robosuite.environments.manipulation.lift import Lift
-from robosuite.environments.manipulation.pick_place import PickPlaceCan
-from robosuite.environments.manipulation.stack import Stack
-from robosuite.environments.robot_env import RobotEnv
-from robosuite.models.objects import BallObject, BoxObject, CylinderObject
-from robosuite.robots.fixed_base_robot import FixedBaseRobot
-from robosuite.utils.observables import NO_DELAY
-from robosuite.utils.placement_samplers import SequentialCompositeSampler
 
 from producers import robosuite_arithmetic
 from producers.fixed_order import norm
-from producers.sim import osc_substep
 from producers.sim.exceptions import ActionError, EnvError, KeyframeError
-from producers.sim.scenario import OBJECT_GEOM_PRIORITY, Distractor, ScenarioSpec
+from producers.sim.lean_step import _LeanControlStep as _LeanControlStep  # re-exported for test_sim_lean_step.py only
+from producers.sim.scenario import OBJECT_GEOM_PRIORITY, ScenarioSpec
+from producers.sim.tasks import (
+    _ENV_CLASSES,
+    LIFT_SUCCESS_HEIGHT_M,
+    PLACE_REST_SPEED_M_S,
+    PLACE_XY_TOL_M,
+    PLACE_Z_TOL_M,
+)
 from producers.step_signals import OBJECT_GROUP, StepSignals
 from producers.step_signals import SIGNAL_KEYS as SIGNAL_KEYS  # re-exported: the keys of SimEnv.signals()
 
@@ -80,433 +77,11 @@ CONTROL_FREQ_HZ = 20
 ACTION_DIM = 7
 # Control steps run with a hold action after each reset, before the start pose is recorded.
 SETTLE_STEPS = 5
-# Lift succeeds when the cube is this far above its own start height.
-LIFT_SUCCESS_HEIGHT_M = 0.04
-# Lift then place (ScenarioSpec.place_target_xy): after the cube has been lifted by
-# LIFT_SUCCESS_HEIGHT_M, it must rest with its centre within PLACE_XY_TOL_M (horizontally) of
-# the place target, within PLACE_Z_TOL_M of its start height (on the table, not hovering),
-# slower than PLACE_REST_SPEED_M_S and untouched by the fingers (released).
-PLACE_XY_TOL_M = 0.015
-PLACE_Z_TOL_M = 0.01
-PLACE_REST_SPEED_M_S = 0.05
-# Stack: cubeA's bottom within this of cubeB's top, its centre within cubeB's half-size
-# (times this factor) horizontally, touching cubeB and not touched by the fingers.
-STACK_Z_TOL_M = 0.01
-STACK_XY_FRACTION = 1.0
-# PickPlaceCan: the can resting in its target bin quadrant, below this height above the bin
-# base (robosuite's own bound) and not touched by the fingers.
-BIN_MAX_HEIGHT_M = 0.1
-BIN_FLOOR_HALF_THICKNESS_M = 0.02  # robosuite's bins_arena.xml floor box
-# Distractors: density (kg/m^3, light wood) and colour, dropped from this height.
-DISTRACTOR_DENSITY = 500.0
-DISTRACTOR_RGBA = (0.35, 0.45, 0.9, 1.0)
-DISTRACTOR_DROP_M = 0.002
 # Keyframes: camera and render options (shadows, reflections, skybox off, collision geoms hidden).
 KEYFRAME_CAMERA = "agentview"
 
 # SIGNAL_KEYS and the contact groups are producers/step_signals.py's, shared with LIBERO ("table"
 # here: the table, bins and floor, every static arena body).
-
-
-# --------------------------------------------------------------------------------------
-# robosuite subclasses: the scenario is applied in robosuite's own _load_model hook
-# --------------------------------------------------------------------------------------
-
-def _walk_samplers(sampler: Any):
-    yield sampler
-    if isinstance(sampler, SequentialCompositeSampler):
-        for child in sampler.samplers.values():
-            yield from _walk_samplers(child)
-
-
-# --------------------------------------------------------------------------------------
-# The lean control step: robosuite's MujocoEnv.step without its Python overhead
-# --------------------------------------------------------------------------------------
-
-class _LeanControlStep:
-    """MujocoEnv.step for one fixed-base arm under the BASIC composite controller (an OSC arm
-    in the base frame without interpolators, plus a gripper), with the same results.
-
-    robosuite runs its controller in Python on each of the 25 physics substeps of a 20 Hz control
-    step, and most of that time is overhead around the arithmetic: the action limits rebuilt three
-    times per substep to learn the action dimension, site names looked up and a fresh array
-    allocated for each of six Jacobians, the controller frame read twice, every observable asked
-    on every substep whether it is due, and ~40 small numpy calls. This class makes the same MuJoCo
-    calls and does the same arithmetic in the same order, the arithmetic compiled
-    (producers/sim/osc_substep.py), so the physics, the controller gains and every number stay
-    exactly what robosuite computes (with its fixed-order arithmetic installed);
-    tests/unit/sim/test_sim_lean_step.py compares it with robosuite's own step bit for bit. Goals
-    (the policy substep) are set by robosuite's own CompositeController.set_goal; reward and
-    observations by robosuite's own _post_action and _get_observations.
-
-    One thing is left out: robosuite's proprioceptive history buffers (robot.recent_qpos,
-    recent_actions, recent_torques, recent_ee_*), ~0.3 ms of every control step. Nothing in a
-    SimEnv reads them: only Wipe's reward and robot.js_energy / ee_ft_integral do.
-
-    Built after each robosuite reset (robosuite builds new controllers on every reset).
-    ``supports(env)`` is False for any other configuration, which then runs robosuite's step.
-    """
-
-    def __init__(self, env: Any):
-        robot = env.robots[0]
-        cc = robot.composite_controller
-        self.env, self.controller = env, cc
-        self.m, self.d = m, d = env.sim.model._model, env.sim.data._data
-        self.n_substeps = int(env.control_timestep / env.model_timestep)  # as MujocoEnv.step
-        self.action_dim = env.action_dim
-        arm, grip = cc.part_controllers["right"], cc.part_controllers["right_gripper"]
-        self.arm, self.grip = arm, grip
-        self.base_site = env.sim.model.site_name2id(f"{arm.naming_prefix}{arm.part_name}_center")
-        self.ref_site = env.sim.model.site_name2id(arm.ref_name)
-        ranges = _index_ranges(robot)  # supports() has checked they are contiguous
-        self.grip_qpos, self.grip_qvel = _index(grip.qpos_index), _index(grip.qvel_index)
-        actuators = robot._ref_actuators_indexes_dict
-        ctrlrange = env.sim.model.actuator_ctrlrange
-        self.arm_low, self.arm_high = ctrlrange[actuators["right"], 0], ctrlrange[actuators["right"], 1]
-        self.grip_low = ctrlrange[actuators["right_gripper"], 0]
-        self.grip_high = ctrlrange[actuators["right_gripper"], 1]
-        ctrl_range = np.stack([grip.actuator_min, grip.actuator_max], axis=-1)  # as SimpleGripController
-        self.grip_bias = 0.5 * (ctrl_range[:, 1] + ctrl_range[:, 0])
-        self.grip_weight = 0.5 * (ctrl_range[:, 1] - ctrl_range[:, 0])
-        self.grip_command: tuple[np.ndarray, np.ndarray] | None = None  # (vels, clipped vels)
-        self.observables: list[Any] = []  # the enabled ones, as of this step
-
-        ints = np.zeros(osc_substep.N_INTS, dtype=np.int64)
-        ints[osc_substep.BASE_SITE], ints[osc_substep.REF_SITE] = self.base_site, self.ref_site
-        starts = (osc_substep.QPOS0, osc_substep.QVEL0, osc_substep.ACT0, osc_substep.GRIP0)
-        for at, r in zip(starts, ranges, strict=True):
-            ints[at], ints[at + 1] = r.start, r.stop
-        ints[osc_substep.UNCOUPLING] = bool(arm.uncoupling)
-        nv, n = m.nv, ranges[1].stop - ranges[1].start
-        self.jacp, self.jacr = np.zeros((3, nv)), np.zeros((3, nv))  # mj_jacSite of the reference site
-        self.base_jacp, self.base_jacr = np.zeros((3, nv)), np.zeros((3, nv))  # ... of the base site
-        self.mass_full = np.zeros((nv, nv))
-        # the state robosuite re-creates on every substep, kept here and handed to the controller
-        # objects whenever robosuite's own code may look at them (_hand_over); the rest of the
-        # arm's state robosuite updates in place, and so does osc_update
-        self.origin_pos, self.origin_ori = np.zeros(3), np.zeros((3, 3))
-        self.joint_pos, self.joint_vel = np.zeros(ranges[0].stop - ranges[0].start), np.zeros(n)
-        self.mass_matrix, self.torques = np.zeros((n, n), order="F"), np.zeros(n)
-        state = (self.origin_pos, self.origin_ori, arm.ref_pos, arm.ref_ori_mat, arm.ref_pos_vel, arm.ref_ori_vel,
-                 arm.J_pos, arm.J_ori, arm.J_full, self.joint_pos, self.joint_vel, self.mass_matrix)
-        # the compiled functions' arguments, around the goal tuple set_goal decides each step:
-        #   osc_update(*update_args)
-        #   osc_torques(*torque_head, *goal, *torque_tail)
-        #   osc_substep(*update_args, *substep_mid, *goal, *substep_tail)
-        self.update_args = (d.qpos, d.qvel, d.site_xpos, d.site_xmat, ints, self.jacp, self.jacr, self.mass_full,
-                            *state)
-        self.torque_head = (d.qvel, d.qfrc_bias, d.ctrl, ints)
-        self.torque_tail = (self.base_jacp, self.base_jacr, *state, self.torques)
-        self.substep_mid = (d.qfrc_bias, d.ctrl)
-        self.substep_tail = (self.base_jacp, self.base_jacr, self.torques)
-        self.goal: tuple = ()
-
-    @staticmethod
-    def supports(env: Any) -> bool:
-        """True when env is in the one configuration this class reproduces."""
-        cls = type(env)
-        if not (cls._pre_action is RobotEnv._pre_action and cls._update_observables is MujocoEnv._update_observables
-                and env.lite_physics and env.viewer is None and not env.has_renderer and not env.viewer_get_obs
-                and len(env.robots) == 1 and osc_substep.compiled()):
-            return False
-        robot = env.robots[0]
-        cc = robot.composite_controller
-        if type(robot) is not FixedBaseRobot or type(cc) is not CompositeController or list(cc.arms) != ["right"]:
-            return False
-        parts = cc.part_controllers
-        if list(parts) != ["right", "right_gripper"] or not all(robot._enabled_parts.get(p, False) for p in parts):
-            return False
-        arm, grip = parts["right"], parts["right_gripper"]
-        return (type(arm) is OperationalSpaceController and arm.input_ref_frame == "base"
-                and arm.interpolator_pos is None and arm.interpolator_ori is None and arm.lite_physics
-                and arm.num_ref_sites == 1 and type(grip) is SimpleGripController and grip.interpolator is None
-                and all(isinstance(r, slice) for r in _index_ranges(robot)))
-
-    def step(self, action: np.ndarray) -> tuple[dict, float, bool, dict]:
-        """MujocoEnv.step(action)."""
-        env = self.env
-        if env.done:
-            raise ValueError("executing action in terminated episode")
-        if len(action) != self.action_dim:  # RobotEnv._pre_action's check
-            raise ValueError(f"environment got invalid action dimension -- expected {self.action_dim}, "
-                             f"got {len(action)}")
-        env.timestep += 1
-        m, d, last = self.m, self.d, self.n_substeps - 1
-        clock = self._observable_clock()
-        for i in range(self.n_substeps):
-            mujoco.mj_step1(m, d)
-            self._control(action if i == 0 else None)
-            if clock is None or i == last or self._due(clock):
-                self._hand_over()  # robosuite's own code is about to run
-            mujoco.mj_step2(m, d)
-            if clock is None:
-                env._update_observables()
-            else:
-                clock = self._tick(clock)
-        if clock is not None:
-            for o in self.observables:
-                o._time_since_last_sample = clock[0]
-        env.cur_time += env.control_timestep
-        reward, done, info = env._post_action(action)
-        return env._get_observations(), reward, done, info
-
-    # -- observables ----------------------------------------------------------------------
-
-    def _observable_clock(self) -> tuple[float, bool, float] | None:
-        """(time since last sample, sampled, sampling period) shared by every enabled observable,
-        or None when they do not share one (then each substep runs robosuite's update)."""
-        obs = self.observables = [o for o in self.env._observables.values() if o._enabled]
-        if not obs:
-            return None
-        first = obs[0]
-        t, sampled, period = first._time_since_last_sample, first._sampled, first._sampling_timestep
-        for o in obs:
-            if (o._time_since_last_sample != t or o._sampled != sampled or o._sampling_timestep != period
-                    or o._delayer is not NO_DELAY or o._current_delay != 0.0):
-                return None
-        return t, sampled, period
-
-    def _due(self, clock: tuple[float, bool, float]) -> bool:
-        """Whether this substep's tick runs robosuite's observable update."""
-        t, sampled, period = clock
-        ticked = t + self.env.model_timestep
-        return (not sampled and period >= ticked) or ticked >= period
-
-    def _tick(self, clock: tuple[float, bool, float]) -> tuple[float, bool, float]:
-        """Observable.update's clock for one substep: robosuite's own update runs only on the
-        substeps where the observables sample or their period rolls over (2 of 25)."""
-        t, sampled, period = clock
-        ticked = t + self.env.model_timestep
-        if self._due(clock):
-            for o in self.observables:
-                o._time_since_last_sample = t
-            self.env._update_observables()
-            first = self.observables[0]
-            return first._time_since_last_sample, first._sampled, period
-        return ticked, sampled, period
-
-    # -- FixedBaseRobot.control ----------------------------------------------------------
-
-    def _control(self, action: np.ndarray | None) -> None:
-        """One substep of FixedBaseRobot.control; ``action`` on the policy substep, else None."""
-        m, d = self.m, self.d
-        # the MuJoCo calls robosuite's update() and run_controller() make
-        mujoco.mj_jacSite(m, d, self.jacp, self.jacr, self.ref_site)
-        mujoco.mj_fullM(m, self.mass_full, d.qM)
-        mujoco.mj_jacSite(m, d, self.base_jacp, self.base_jacr, self.base_site)
-        if action is None:
-            osc_substep.osc_substep(*self.update_args, *self.substep_mid, *self.goal, *self.substep_tail)
-            return
-        osc_substep.osc_update(*self.update_args)
-        arm, grip = self.arm, self.grip
-        self._hand_over_arm()
-        arm.new_update = False  # set_goal would otherwise redo what osc_update did
-        self.controller.set_goal(action)  # robosuite's own: arm goal pose, gripper action
-        vels = np.array(grip.goal_qvel)  # SimpleGripController.run_controller, once per step
-        if grip.use_action_scaling:
-            vels = self.grip_bias + self.grip_weight * vels
-        self.grip_command = vels, _clip(vels, self.grip_low, self.grip_high)
-        # the goal (and, with variable impedance, the gains) set_goal has just set
-        self.goal = (arm.goal_pos, arm.goal_ori, arm.kp, arm.kd, arm.initial_joint, self.arm_low, self.arm_high,
-                     self.grip_command[1])
-        osc_substep.osc_torques(*self.torque_head, *self.goal, *self.torque_tail)
-
-    def _hand_over_arm(self) -> None:
-        """The arm's state as robosuite's update() leaves it: fresh arrays for what it re-creates."""
-        arm = self.arm
-        arm.origin_pos, arm.origin_ori = self.origin_pos.copy(), self.origin_ori.copy()
-        arm.joint_pos, arm.joint_vel = self.joint_pos.copy(), self.joint_vel.copy()
-        arm.mass_matrix = self.mass_matrix.copy(order="F")
-
-    def _hand_over(self) -> None:
-        """Leaves the controller objects as robosuite's own last substep would: the arm's state
-        and torques, the gripper's joint state read at control time and its command."""
-        arm, grip, d = self.arm, self.grip, self.d
-        self._hand_over_arm()
-        arm.torques, arm.new_update = self.torques.copy(), True
-        grip.joint_pos, grip.joint_vel = np.array(d.qpos[self.grip_qpos]), np.array(d.qvel[self.grip_qvel])
-        grip.vels, grip.new_update = self.grip_command[0], True
-        applied = self.controller._applied_action_dict
-        applied["right"], applied["right_gripper"] = arm.torques, grip.vels
-
-
-try:  # the ufunc np.clip ends in (numpy 1.x), without its ~1.5 us of Python wrappers
-    from numpy.core.umath import clip as _clip
-except ImportError:  # pragma: no cover - numpy 2 moved it
-    _clip = np.clip
-
-
-def _index_ranges(robot: Any) -> tuple:
-    """The arm's qpos and qvel indexes, the arm's and the gripper's actuators: what osc_substep
-    reads and writes, each a slice when contiguous."""
-    parts = robot.composite_controller.part_controllers
-    actuators = robot._ref_actuators_indexes_dict
-    return (_index(parts["right"].qpos_index), _index(parts["right"].qvel_index), _index(actuators["right"]),
-            _index(actuators["right_gripper"]))
-
-
-def _index(indexes: list[int]) -> slice | list[int]:
-    """A contiguous index list as a slice (same elements, no fancy-indexing cost)."""
-    idx = [int(i) for i in indexes]
-    if idx and idx == list(range(idx[0], idx[0] + len(idx))):
-        return slice(idx[0], idx[0] + len(idx))
-    return idx
-
-
-class _ScenarioMixin:
-    """Builds the scenario's geometry: object size, distractors, placement ranges.
-
-    Subclasses name the manipulated object, the task objects reported in signals, the sampler
-    that places the manipulated object and the placement reference point.
-    """
-
-    _scenario: ScenarioSpec
-
-    # step() runs _LeanControlStep when the configuration allows it; False: robosuite's stock step.
-    lean_step = True
-
-    def __init__(self, *, scenario: ScenarioSpec, **kwargs: Any):
-        self._scenario = scenario
-        self.distractor_objects: list[Any] = []
-        self._lean: _LeanControlStep | None = None
-        super().__init__(**kwargs)
-
-    def step(self, action):
-        if not self.lean_step:
-            return super().step(action)
-        lean = self._lean
-        if lean is None or lean.controller is not self.robots[0].composite_controller:
-            # robosuite builds new controllers on every reset
-            lean = self._lean = _LeanControlStep(self) if _LeanControlStep.supports(self) else None
-        if lean is None:
-            return super().step(action)
-        return lean.step(action)
-
-    # hooks ----------------------------------------------------------------------------
-    def manipulated_object(self) -> Any:
-        raise NotImplementedError
-
-    def _set_manipulated_object(self, obj: Any) -> None:
-        raise NotImplementedError
-
-    def task_objects(self) -> list[Any]:
-        raise NotImplementedError
-
-    def _manipulated_sampler(self) -> Any:
-        return self.placement_initializer
-
-    def placement_reference(self) -> np.ndarray:
-        return np.array(self.table_offset, dtype=float)
-
-    def surface_z(self) -> float:
-        return float(self.table_offset[2])
-
-    # robosuite hook -------------------------------------------------------------------
-    def _load_model(self) -> None:
-        super()._load_model()
-        spec = self._scenario
-        if spec.object_size_scale != 1.0:
-            self._rescale_manipulated(spec.object_size_scale)
-        sampler = self._manipulated_sampler()
-        if spec.placement_x_range is not None or spec.placement_y_range is not None:
-            if spec.placement_x_range is not None:
-                sampler.x_range = spec.placement_x_range
-            if spec.placement_y_range is not None:
-                sampler.y_range = spec.placement_y_range
-            sampler.ensure_object_boundary_in_range = False  # ranges are for the object's centre
-        self.distractor_objects = []
-        if spec.distractors:
-            self._add_distractors(spec.distractors)
-
-    def _rescale_manipulated(self, scale: float) -> None:
-        old = self.manipulated_object()
-        new = BoxObject(name=old.name, size=np.array(old.size) * scale, rgba=old.rgba, material=old.material,
-                        density=old.density, friction=old.friction, solref=old.solref, solimp=old.solimp)
-        self.model.worldbody.remove(old.get_obj())
-        self.model.merge_objects([new])
-        objs = self.model.mujoco_objects
-        objs[objs.index(old)] = new
-        for s in _walk_samplers(self.placement_initializer):
-            s.mujoco_objects = [new if o is old else o for o in s.mujoco_objects]
-        self._set_manipulated_object(new)
-
-    def _add_distractors(self, distractors: tuple[Distractor, ...]) -> None:
-        ref = self.placement_reference()
-        surface = self.surface_z()
-        distractor_fixtures = {}
-        for i, d in enumerate(distractors):
-            name = f"distractor{i}"
-            if d.kind == "box":
-                obj = BoxObject(name=name, size=[d.size] * 3, rgba=DISTRACTOR_RGBA, density=DISTRACTOR_DENSITY)
-            elif d.kind == "cylinder":
-                obj = CylinderObject(name=name, size=[d.size, d.size], rgba=DISTRACTOR_RGBA,
-                                     density=DISTRACTOR_DENSITY)
-            else:
-                obj = BallObject(name=name, size=[d.size], rgba=DISTRACTOR_RGBA, density=DISTRACTOR_DENSITY)
-            self.distractor_objects.append(obj)
-            pos = (ref[0] + d.x, ref[1] + d.y, surface - obj.bottom_offset[2] + DISTRACTOR_DROP_M)
-            distractor_fixtures[obj.name] = (pos, np.array([1.0, 0.0, 0.0, 0.0]), obj)
-        self.model.merge_objects(self.distractor_objects)
-        self.model.mujoco_objects.extend(self.distractor_objects)
-        # The samplers place task objects clear of the distractors and return the distractors'
-        # fixed placements with theirs, so robosuite's own _reset_internal puts them down.
-        original = self.placement_initializer.sample
-
-        def sample(fixtures=None, reference=None, on_top=True):
-            merged = dict(distractor_fixtures)
-            merged.update(fixtures or {})
-            return original(fixtures=merged, reference=reference, on_top=on_top)
-
-        self.placement_initializer.sample = sample
-
-
-class _Lift(_ScenarioMixin, Lift):
-    def manipulated_object(self):
-        return self.cube
-
-    def _set_manipulated_object(self, obj):
-        self.cube = obj
-
-    def task_objects(self):
-        return [self.cube]
-
-
-class _Stack(_ScenarioMixin, Stack):
-    def manipulated_object(self):
-        return self.cubeA
-
-    def _set_manipulated_object(self, obj):
-        self.cubeA = obj
-
-    def task_objects(self):
-        return [self.cubeA, self.cubeB]
-
-
-class _PickPlaceCan(_ScenarioMixin, PickPlaceCan):
-    def manipulated_object(self):
-        return self.objects[self.object_id]
-
-    def _set_manipulated_object(self, obj):  # never called: scaling is refused for this env
-        raise EnvError("PickPlaceCan's can cannot be rescaled")
-
-    def task_objects(self):
-        return [self.manipulated_object()]
-
-    def _manipulated_sampler(self):
-        sampler = self.placement_initializer.samplers["CollisionObjectSampler"]
-        # Only the can is sampled: the other objects are moved out of the scene anyway, and a
-        # narrow placement range could not fit all four.
-        sampler.mujoco_objects = [self.manipulated_object()]
-        return sampler
-
-    def placement_reference(self):
-        return np.array(self.bin1_pos, dtype=float)
-
-    def surface_z(self):
-        return float(self.bin1_pos[2]) + BIN_FLOOR_HALF_THICKNESS_M
-
-
-_ENV_CLASSES = {"Lift": _Lift, "Stack": _Stack, "PickPlaceCan": _PickPlaceCan}
 
 
 # --------------------------------------------------------------------------------------
@@ -628,19 +203,7 @@ class SimEnv:
         self._orig_rgba = m.geom_rgba[self._manip_visual_geoms].copy()
         self._orig_matid = m.geom_matid[self._manip_visual_geoms].copy()
         self._hand_body = self._body_id(gripper.root_body)
-
-        # target bin for PickPlaceCan
-        if self.spec.env_name == "PickPlaceCan":
-            env_obj_id = env.object_id
-            self._bin_target = np.array(env.target_bin_placements[env_obj_id], dtype=float)
-            bin_low = np.array(env.bin2_pos[:2], dtype=float)
-            if env_obj_id in (0, 2):
-                bin_low[0] -= env.bin_size[0] / 2
-            if env_obj_id < 2:
-                bin_low[1] -= env.bin_size[1] / 2
-            self._bin_low = bin_low
-            self._bin_high = bin_low + np.array(env.bin_size[:2], dtype=float) / 2
-            self._bin_z = float(env.bin2_pos[2])
+        env.index_goal(self)  # what the task's goal needs (PickPlaceCan: its target bin)
 
     # -- episode ------------------------------------------------------------------------
 
@@ -829,80 +392,18 @@ class SimEnv:
         return top
 
     def goal_pos(self) -> np.ndarray:
-        """Where the manipulated object's centre should end up (world, m); also obs["goal_pos"].
-
-        Lift: LIFT_SUCCESS_HEIGHT_M above its start position; lift then place: the place target
-        (placement reference + place_target_xy) at the object's start height.
-        Stack: resting centred on cubeB, cubeB as it is now.
-        PickPlaceCan: the centre of the can's target bin quadrant, at the height the can rested
-        at in the start bin (both bins' floors are at the same height).
-        """
-        name = self.spec.env_name
-        start = self._start_pos[self.manipulated_name]
-        if name == "Lift":
-            if self._place_target is not None:
-                return np.array([self._place_target[0], self._place_target[1], start[2]])
-            return start + np.array([0.0, 0.0, LIFT_SUCCESS_HEIGHT_M])
-        if name == "Stack":
-            return self._stack_target()
-        return np.array([self._bin_target[0], self._bin_target[1],
-                         start[2] - float(self._env.bin1_pos[2]) + self._bin_z])
+        """Where the manipulated object's centre should end up (world, m): the task's goal_pos hook (tasks.py)."""
+        return self._env.goal_pos(self)
 
     def goal_distance(self) -> float:
-        """Distance to the goal, m, 0 when reached.
-
-        Lift: max(0, LIFT_SUCCESS_HEIGHT_M - object_lift) (height still to gain).
-        Lift then place: the path still to go along lift, carry, put down: before the lift
-        (LIFT_SUCCESS_HEIGHT_M - lift) + LIFT_SUCCESS_HEIGHT_M + horizontal distance to the target;
-        after it |lift| + horizontal distance. Continuous where the lift completes, and shrinking
-        along a lift, a carry and a descent.
-        Stack, PickPlaceCan: from the manipulated object's centre to goal_pos().
-        """
-        if self.spec.env_name == "Lift":
-            if self._place_target is not None:
-                pos = self.data.xpos[self._manip.body_id]
-                xy = float(norm(pos[:2] - self._place_target))
-                lift = self.object_lift()
-                if self._lifted:
-                    return abs(lift) + xy
-                return max(0.0, LIFT_SUCCESS_HEIGHT_M - lift) + LIFT_SUCCESS_HEIGHT_M + xy
-            return max(0.0, LIFT_SUCCESS_HEIGHT_M - self.object_lift())
-        return float(norm(self.data.xpos[self._manip.body_id] - self.goal_pos()))
+        """Distance to the goal, m, 0 when reached: the task's goal_distance hook (producers/sim/tasks.py)."""
+        return self._env.goal_distance(self)
 
     def success_relative(self) -> bool:
-        """Task success measured against the episode's own start, not absolute heights.
-
-        Lift: the cube is >= LIFT_SUCCESS_HEIGHT_M above its own start height (robosuite's check
-        is "above table + 4 cm", which a cube scaled up 2x passes while lying on the table).
-        Lift then place: the cube was lifted (see ``lifted``) and now rests at the place target:
-        centre within PLACE_XY_TOL_M of it horizontally, within PLACE_Z_TOL_M of its start height,
-        slower than PLACE_REST_SPEED_M_S, no finger touching it.
-        Stack: cubeA rests on cubeB: touching it, its bottom within STACK_Z_TOL_M of cubeB's top,
-        its centre within cubeB's half-size horizontally, and no finger touching cubeA (released).
-        PickPlaceCan: the can is inside its target bin quadrant (x, y), below BIN_MAX_HEIGHT_M
-        above the bin base (resting, not hovering), and no finger touches it (released).
-        """
+        """Success measured from the episode's start (False before reset): the task's success_relative hook."""
         if not self._started:
             return False
-        name = self.spec.env_name
-        d = self.data
-        if name == "Lift":
-            if self._place_target is not None:
-                return self._placed()
-            return self.object_lift() >= LIFT_SUCCESS_HEIGHT_M
-        if name == "Stack":
-            a, b = self._task_refs
-            pa, pb = d.xpos[a.body_id], d.xpos[b.body_id]
-            env = self._env
-            half_a, half_b = float(env.cubeA.size[2]), float(env.cubeB.size[2])
-            on_top = abs((pa[2] - half_a) - (pb[2] + half_b)) <= STACK_Z_TOL_M
-            centred = bool(np.all(np.abs(pa[:2] - pb[:2]) <= STACK_XY_FRACTION * float(env.cubeB.size[0])))
-            return bool(on_top and centred and self._touching(a.body_id, b.body_id)
-                        and not self._fingers_touch(a.body_id))
-        pos = d.xpos[self._manip.body_id]
-        inside = bool(np.all(pos[:2] > self._bin_low) and np.all(pos[:2] < self._bin_high))
-        low = self._bin_z < pos[2] < self._bin_z + BIN_MAX_HEIGHT_M
-        return bool(inside and low and not self._fingers_touch(self._manip.body_id))
+        return self._env.success_relative(self)
 
     def _placed(self) -> bool:
         if not self._lifted:

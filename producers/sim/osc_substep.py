@@ -1,4 +1,4 @@
-"""robosuite's OSC arm controller for one physics substep, compiled: what envs._LeanControlStep
+"""robosuite's OSC arm controller for one physics substep, compiled: what lean_step._LeanControlStep
 runs on each of the 25 substeps of a control step.
 
 robosuite computes the OSC torques in Python on every substep. The arithmetic is small (7x7
@@ -7,7 +7,7 @@ the same operations in the same order in one numba call: elementwise arithmetic 
 either way, and every product, inverse and robosuite helper is the fixed-order one that
 producers/robosuite_arithmetic.py installs into robosuite (BLAS's results depend on the
 machine's kernel; these do not), so the compiled code computes what robosuite's stock step then
-computes, bit for bit: tests/unit/sim/test_sim_lean_step.py checks it.
+computes, bit for bit: tests/unit/producers/sim/test_sim_lean_step.py checks it.
 
     osc_update(...)    OperationalSpaceController.update(): the arm's state, from mjData
     osc_torques(...)   run_controller(): torques for the goal, written to mjData.ctrl
@@ -35,8 +35,8 @@ N_INTS = 11
 
 def compiled() -> bool:
     """False when robosuite's numba is switched off (robosuite.macros.ENABLE_NUMBA): then its
-    helpers are plain Python, which compiled code cannot call, and envs runs robosuite's stock
-    step."""
+    helpers are plain Python, which compiled code cannot call, and a SimEnv runs robosuite's
+    stock step."""
     return all(isinstance(f, numba.core.registry.CPUDispatcher)
                for f in (opspace_matrices, orientation_error, nullspace_torques))
 
