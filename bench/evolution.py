@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from consumers import state as q  # noqa: E402
 from consumers.statistics import spearman  # noqa: E402
-from infra import orchestrator, processes  # noqa: E402
+from infra import orchestrator, processes, waits  # noqa: E402
 from infra.kafka_clients import make_codec, make_producer  # noqa: E402
 from infra.settings import load_settings  # noqa: E402
 from producers.adapters import RobosuiteAdapter  # noqa: E402
@@ -114,8 +114,8 @@ def measure_unseen(store, publisher, base: dict, settings) -> dict:
     families = unseen_models()
     everyone = [m for family in families.values() for m in family]
     requests = orchestrator.request_sweeps(publisher, store, [base, *finals], everyone, held_out_seeds(UNSEEN_SEEDS))
-    orchestrator.wait_for_episodes(store, requests, orchestrator.deadline_in(orchestrator.STAGE_TIMEOUT_S),
-                                   check=orchestrator.still_running(settings))
+    waits.wait_for_episodes(store, requests, waits.deadline_in(orchestrator.STAGE_TIMEOUT_S),
+                            check=waits.still_running(settings))
     out = {}
     for family, members in families.items():
         ids = [m.model_id for m in members]
@@ -156,7 +156,7 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=No
 
         loop_started, since = time.monotonic(), datetime.now(UTC)
         reports = orchestrator.evolve(store, publisher, models, config, on_event=hear,
-                                      check=orchestrator.still_running(settings))
+                                      check=waits.still_running(settings))
         print(f"  [{generator}] " + orchestrator.loop_time(store, since, time.monotonic() - loop_started,
                                                           settings.rollout_processes), flush=True)
         result = measure(store, models, reports, time.monotonic() - started)

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from bench.evolution import BASELINE_ARMS, run_arm, unseen_models  # noqa: E402
 from consumers import state as q  # noqa: E402
 from consumers.statistics import spearman  # noqa: E402
-from infra import orchestrator  # noqa: E402
+from infra import orchestrator, waits  # noqa: E402
 from producers.seeds import held_out_seeds  # noqa: E402
 from producers.sim.models import load_models, skill_order  # noqa: E402
 from producers.sim.scenario import ScenarioSpec  # noqa: E402
@@ -113,7 +113,7 @@ def measure_validity(store, publisher, base: dict, settings, n_seeds: int, refer
     fams = families()
     everyone_ids = [m for ids in fams.values() for m in ids]
     seeds = held_out_seeds(n_seeds)
-    check = orchestrator.still_running(settings)
+    check = waits.still_running(settings)
     versions, seen = [], set()
     for v in q.benchmark_versions(store):
         key = tuple(sorted(v.scenario_ids))
@@ -131,7 +131,7 @@ def measure_validity(store, publisher, base: dict, settings, n_seeds: int, refer
         suite = reference_suite(base)
         requests += orchestrator.request_sweeps(publisher, store, suite, models + unseen, seeds)
     t0 = time.monotonic()
-    orchestrator.wait_for_episodes(store, requests, orchestrator.deadline_in(WAIT_S), check=check)
+    waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S), check=check)
     print(f"  validity sweeps: {len(requests)} requests in {time.monotonic() - t0:.0f} s", flush=True)
     if reference is None:
         kept, dropped = [], {}

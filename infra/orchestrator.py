@@ -1,94 +1,28 @@
-"""The run orchestrator: what a run publishes, and the waiting on the events of that run.
-
-A run publishes RolloutRequested events (the rollout worker that `sepa-eval up` started serves
-them) and then waits on the evidence log, never on the processes:
-
-1. ``wait_for_episodes``: every requested episode has its EpisodeEnded in rollout_episodes;
-2. ``wait_until_settled``: every ended episode has its EpisodeAnalysed (failure_episodes), and
-   every failed analysed episode (success=false, analysed=true, termination not env_error or
-   aborted) has its intake ClusterAssigned (failure_clusters, intake=true): the failure moments
-   of every episode are stored and the clusterer has taken in every failure, in a cluster or as
-   noise. Only then is the derived state a finished one that a report may print.
-
-A timeout names what is missing (which requests, which episodes, which table). The CLI's `run` and
-`rollout` are thin callers; the evolving loop (cycles, sweeps) builds on the same waits.
+"""The run orchestrator: what a run publishes (models, rollout and sweep requests), and the evolving
+loop built on it. The waiting on the events of a run is infra/waits.py's, reviews are
+infra/reviews.py's; what the loop reads of the store it asks through consumers/state/online.py.
+The CLI's `run`, `rollout` and `loop` are thin callers.
 
     requests = request_rollouts(publisher, store, scenario, ["oracle"], seeds=[0, 1], run_id="run")
-    wait_for_episodes(store, requests, deadline)
-    settled = wait_until_settled(store, requests, deadline)
+    wait_for_episodes(store, requests, deadline)  # infra/waits.py
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
-from infra import processes
-from infra.exceptions import NotRunning, OutOfSpace, RequestRefused, ReviewRefused, WaitTimeout
-from infra.settings import Settings
-from producers.episode import HARNESS_TERMINATIONS
+from infra.exceptions import RequestRefused
+from infra.waits import POLL_S, Check, deadline_in, poll_until, wait_for_episodes, wait_until_settled
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request, sweep_request
 from producers.seeds import held_out_seeds, selection_seeds
 from producers.sim.models import ModelConfig
-from schemas.catalog import BY_NAME
 from schemas.events import make_event, stable_id
-
-POLL_S = 0.5
-# How many missing ids a timeout error quotes.
-QUOTED_IDS = 5
-
-Progress = Callable[[int, int], None]  # (done, total)
-Check = Callable[[], None]  # raises when a process the wait relies on has died
-
-
-def deadline_in(seconds: float) -> float:
-    return time.monotonic() + seconds
-
-
-def still_coming(settings: Settings, store: EvidenceStore, requests: list[dict]) -> Check:
-    """A check for the waits: the rollout worker and the pipeline still run, and no request was
-    refused by the rollout worker (dead-lettered: its episodes will never come)."""
-    state = processes.RunState.read(settings)
-    topic = BY_NAME["rollout.requests"].full_name(settings.topic_prefix)
-
-    def check() -> None:
-        _require_alive(settings, state, (processes.ROLLOUT, processes.PIPELINE))
-        refused = q.refused_requests(store, topic, [r["request_id"] for r in requests])
-        if refused:
-            raise RequestRefused("; ".join(f"the rollout worker refused {rid}: {reason}"
-                                           for rid, reason in refused.items()))
-    return check
-
-
-def still_running(settings: Settings) -> Check:
-    """A check for the evolving loop's waits: every process `up` started still runs."""
-    state = processes.RunState.read(settings)
-
-    def check() -> None:
-        _require_alive(settings, state, processes.CHILDREN)
-    return check
-
-
-def _require_alive(settings: Settings, state: processes.RunState, children) -> None:
-    """Raises NotRunning naming the first of ``children`` that `up` started and that has stopped,
-    and why when its log says (a full disk); OutOfSpace when the disk under the memory dir is full
-    while they all run (the sink retries a store that cannot write, and the waits would sit)."""
-    full = processes.out_of_space(settings)
-    if full:
-        raise OutOfSpace(f"{full}: the evidence store cannot take more events; free some space, then "
-                         "`sepa-eval up` and run again")
-    for child in children:
-        if state.pid_of(child) is not None and not state.alive(child):
-            why = processes.why_stopped(child, settings)
-            raise NotRunning(f"the {child.label} (pid {state.pid_of(child)}) has stopped"
-                             f"{': ' + why if why else ''}; see {child.log(settings)}")
 
 
 def register_models(publisher: Publisher, models: list[ModelConfig], producer: str = "sync-models") -> None:
@@ -115,7 +49,7 @@ def request_rollouts(publisher: Publisher, store: EvidenceStore, scenario: dict,
     again. Returns every request (published or not)."""
     requests = [rollout_request(scenario, model_id, seeds, purpose=purpose, keyframe_every=keyframe_every,
                                 run_id=run_id) for model_id in model_ids]
-    done = _ended_per_request(store, [r["request_id"] for r in requests])
+    done = q.ended_per_request(store, [r["request_id"] for r in requests])
     for request in requests:
         if done.get(request["request_id"], 0) < len(request["seeds"]):
             publisher.publish(request)
@@ -130,174 +64,12 @@ def request_sweeps(publisher: Publisher, store: EvidenceStore, scenarios: list[d
     asks). A request whose episodes have all ended is not published again. Returns every request
     (published or not), scenarios first."""
     requests = [sweep_request(scenario, m.model_id, m.version, seeds) for scenario in scenarios for m in models]
-    done = _ended_per_request(store, [r["request_id"] for r in requests])
+    done = q.ended_per_request(store, [r["request_id"] for r in requests])
     for request in requests:
         if done.get(request["request_id"], 0) < len(request["seeds"]):
             publisher.publish(request)
     publisher.flush()
     return requests
-
-
-@dataclass(frozen=True)
-class Settled:
-    """The run's episodes once the failure analysis has caught up with them."""
-
-    episodes: int  # ended
-    failed: int  # failed, analysed, of a termination the clusterer takes in
-    fragile: int  # successes with failure moments (the clusterer takes them in too)
-    analysed: int
-    moments: int  # failure moments of the run's episodes (from their EpisodeAnalysed)
-    clustered: int  # failed and fragile episodes with their intake ClusterAssigned
-
-
-def wait_for_episodes(store: EvidenceStore, requests: list[dict], deadline: float,
-                      progress: Progress | None = None, check: Check | None = None) -> int:
-    """Until every requested episode's EpisodeEnded is in the evidence log; returns their number."""
-    expected = {r["request_id"]: len(r["seeds"]) for r in requests}
-    total = sum(expected.values())
-    while True:
-        ended = _ended_per_request(store, list(expected))
-        done = sum(min(ended.get(rid, 0), n) for rid, n in expected.items())
-        if progress is not None:
-            progress(done, total)
-        if done >= total:
-            return total
-        if check is not None:
-            check()
-        if time.monotonic() > deadline:
-            short = [f"{rid}: {ended.get(rid, 0)} of {n}" for rid, n in expected.items() if ended.get(rid, 0) < n]
-            raise WaitTimeout(f"{total - done} of {total} requested episodes have not ended in the evidence log "
-                              f"(rollout_episodes) in time; requests short of episodes: {_quote(short)}")
-        time.sleep(POLL_S)
-
-
-def wait_until_settled(store: EvidenceStore, requests: list[dict], deadline: float,
-                       progress: Progress | None = None, check: Check | None = None,
-                       fragile: bool = False) -> Settled:
-    """Until every ended episode of the requests is analysed and every failed one clustered
-    (``fragile``: the clusterer takes in successes with failure moments too, and is waited for)."""
-    request_ids = [r["request_id"] for r in requests]
-    while True:
-        state = settle_state(store, request_ids, fragile)
-        if progress is not None:
-            progress(state.analysed_count + state.clustered_count, state.total)
-        if not state.unanalysed and not state.unclustered:
-            return state.settled
-        if check is not None:
-            check()
-        if time.monotonic() > deadline:
-            missing = []
-            if state.unanalysed:
-                missing.append(f"{len(state.unanalysed)} of {len(state.ended)} ended episodes have no EpisodeAnalysed "
-                               f"in failure_episodes (the failure detector's): {_quote(state.unanalysed)}")
-            if state.unclustered:
-                missing.append(f"{len(state.unclustered)} of {len(state.to_cluster)} failed (or fragile) episodes have "
-                               f"no intake ClusterAssigned in failure_clusters (the clusterer's): "
-                               f"{_quote(state.unclustered)}")
-            raise WaitTimeout("the failure analysis did not catch up in time: " + "; ".join(missing))
-        time.sleep(POLL_S)
-
-
-@dataclass(frozen=True)
-class SettleState:
-    ended: list[str]
-    analysed: dict[str, tuple[bool, bool, str, int]]  # episode -> (success, analysed, termination, moments)
-    clustered: set[str]
-    fragile: bool = False  # the clusterer takes in successes with failure moments too
-
-    @property
-    def to_cluster(self) -> list[str]:
-        """The episodes the clusterer takes in: failures, and successes with failure moments (fragile wins)."""
-        return sorted(e for e, a in self.analysed.items() if taken_in(*a, fragile=self.fragile))
-
-    @property
-    def unanalysed(self) -> list[str]:
-        return [e for e in self.ended if e not in self.analysed]
-
-    @property
-    def unclustered(self) -> list[str]:
-        return [e for e in self.to_cluster if e not in self.clustered]
-
-    @property
-    def analysed_count(self) -> int:
-        return len(self.ended) - len(self.unanalysed)
-
-    @property
-    def clustered_count(self) -> int:
-        return len(self.to_cluster) - len(self.unclustered)
-
-    @property
-    def total(self) -> int:
-        return len(self.ended) + len(self.to_cluster)
-
-    @property
-    def settled(self) -> Settled:
-        return Settled(episodes=len(self.ended), failed=sum(not self.analysed[e][0] for e in self.to_cluster),
-                       fragile=sum(bool(self.analysed[e][0]) for e in self.to_cluster), analysed=len(self.analysed),
-                       moments=sum(m for *_, m in self.analysed.values()), clustered=self.clustered_count)
-
-
-# Episodes of the requests whose EpisodeEnded is stored (EpisodeEnded carries no request_id:
-# EpisodeStarted names the request).
-ENDED_OF_REQUESTS = (
-    "SELECT request_id, episode_id FROM (SELECT DISTINCT request_id, episode_id FROM {database}.rollout_episodes FINAL "
-    "WHERE envelope.event_type = 'EpisodeStarted' AND has({requests:Array(String)}, request_id)) "
-    "WHERE episode_id IN (SELECT episode_id FROM {database}.rollout_episodes FINAL "
-    "WHERE envelope.event_type = 'EpisodeEnded') ORDER BY request_id, episode_id")
-
-
-def ended_episodes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[str, str]]:
-    """(request_id, episode_id) of every ended episode of the requests."""
-    return [(r, e) for r, e in store.query(ENDED_OF_REQUESTS, {"requests": request_ids})]
-
-
-def taken_in(success: bool, analysed: bool, termination: str, moments: int, fragile: bool) -> bool:
-    """Whether the clusterer takes an analysed episode in (streams/failures/collector.py's rule)."""
-    return (not success or (fragile and moments > 0)) and analysed and termination not in HARNESS_TERMINATIONS
-
-
-def settle_state(store: EvidenceStore, request_ids: list[str], fragile: bool = False) -> SettleState:
-    """Where the failure analysis of the requests' ended episodes stands, read from the evidence log."""
-    ended = sorted({e for _, e in ended_episodes(store, request_ids)})
-    if not ended:
-        return SettleState([], {}, set(), fragile)
-    analysed = {e: (bool(s), bool(a), t, int(m)) for e, s, a, t, m in store.query(
-        "SELECT episode_id, any(success), any(analysed), any(termination), any(length(moments)) "
-        "FROM {database}.failure_episodes FINAL WHERE has({episodes:Array(String)}, episode_id) "
-        "GROUP BY episode_id", {"episodes": ended})}
-    failed = [e for e, a in analysed.items() if taken_in(*a, fragile=fragile)]
-    clustered = {row[0] for row in store.query(
-        "SELECT DISTINCT episode_id FROM {database}.failure_clusters FINAL "
-        "WHERE envelope.event_type = 'ClusterAssigned' AND intake AND has({episodes:Array(String)}, episode_id)",
-        {"episodes": failed})} if failed else set()
-    return SettleState(ended, analysed, clustered, fragile)
-
-
-def episode_outcomes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[int, str, str, int, bool]]:
-    """(seed, episode_id, termination, steps, success) of the requests' ended episodes, by seed."""
-    episode_ids = [e for _, e in ended_episodes(store, request_ids)]
-    rows = store.query(
-        "SELECT s.seed, episode_id, e.termination, e.steps, e.success FROM "
-        "(SELECT episode_id, any(seed) AS seed FROM {database}.rollout_episodes FINAL "
-        " WHERE envelope.event_type = 'EpisodeStarted' AND has({episodes:Array(String)}, episode_id) "
-        " GROUP BY episode_id) AS s JOIN "
-        "(SELECT episode_id, any(termination) AS termination, any(steps) AS steps, any(success) AS success "
-        " FROM {database}.rollout_episodes FINAL WHERE envelope.event_type = 'EpisodeEnded' "
-        " AND has({episodes:Array(String)}, episode_id) GROUP BY episode_id) AS e USING (episode_id) "
-        "ORDER BY s.seed, episode_id", {"episodes": episode_ids})
-    return [(int(seed), e, t, int(n), bool(ok)) for seed, e, t, n, ok in rows]
-
-
-def _ended_per_request(store: EvidenceStore, request_ids: list[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for request_id, _ in ended_episodes(store, request_ids):
-        counts[request_id] = counts.get(request_id, 0) + 1
-    return counts
-
-
-def _quote(ids: list[str]) -> str:
-    shown = ", ".join(ids[:QUOTED_IDS])
-    return shown + (f" and {len(ids) - QUOTED_IDS} more" if len(ids) > QUOTED_IDS else "")
 
 
 # --- the evolving loop ------------------------------------------------------------------------
@@ -387,7 +159,7 @@ def evolve(store: EvidenceStore, publisher: Publisher, models: list[ModelConfig]
     reports = []
     for k in range(1, config.cycles + 1):
         # a budget is a cap: no cycle starts that the cycles so far say would cross it
-        spent = _episodes_spent(store)
+        spent = q.episodes_spent(store)
         expected = sum(r.rollouts for r in reports) / len(reports) if reports else 0
         if config.rollout_budget is not None and spent + expected > config.rollout_budget:
             on_event("budget", config.rollout_budget)
@@ -411,13 +183,14 @@ def _ensure_base(store, publisher, config: EvolveConfig, on_event, check) -> Non
     publisher.flush()
     on_event("base", [s["scenario_id"] for s in config.base])
     wanted = {s["scenario_id"] for s in config.base}
-    _wait(lambda: wanted <= set(q.active_scenarios(store)), config.stage_timeout_s, check,
-          lambda: f"the gate has not promoted the base scenarios {sorted(wanted - set(q.active_scenarios(store)))}")
+    poll_until(lambda: wanted <= set(q.active_scenarios(store)), config.stage_timeout_s, check,
+               lambda: f"the gate has not promoted the base scenarios "
+                       f"{sorted(wanted - set(q.active_scenarios(store)))}")
 
 
 def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k: int, on_event, check) -> CycleReport:
     started = time.monotonic()
-    spent_before = _episodes_spent(store)
+    spent_before = q.episodes_spent(store)
     benchmark = q.active_benchmark(store)
     version = benchmark.version
     requests = request_sweeps(publisher, store, [dict(a.spec) for a in benchmark.scenarios], models,
@@ -446,8 +219,8 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
     def answer():
         return next((c for c in q.cycles(store) if c.cycle_id == cycle_id and c.answered), None)
 
-    _wait(lambda: answer() is not None, config.stage_timeout_s, check,
-          lambda: f"the mutator has not answered cycle {cycle_id} (no CandidatesGenerated in benchmark_cycles)")
+    poll_until(lambda: answer() is not None, config.stage_timeout_s, check,
+               lambda: f"the mutator has not answered cycle {cycle_id} (no CandidatesGenerated in benchmark_cycles)")
     generated = answer()
     on_event("generated", generated)
 
@@ -455,17 +228,17 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
         by_id = {c.scenario_id: c for c in q.candidates(store, cycle_id=cycle_id)}
         return [sid for sid in generated.proposed if sid not in by_id or by_id[sid].status not in CYCLE_SETTLED]
 
-    _wait(lambda: not pending(), config.stage_timeout_s, check,
-          lambda: f"cycle {cycle_id}: the gate has not decided {', '.join(pending())} (their verdicts: "
-                  f"{_verdicts_of(store, pending())})")
+    poll_until(lambda: not pending(), config.stage_timeout_s, check,
+               lambda: f"cycle {cycle_id}: the gate has not decided {', '.join(pending())} (their verdicts: "
+                       f"{q.verdicts_of(store, pending())})")
 
     def judging():  # the gate may decide before the last verdict (the semantic one, when not required)
         return [c.scenario_id for c in q.candidates(store, cycle_id=cycle_id)
                 if c.scenario_id in generated.proposed and not critics_finished(c.verdicts)]
 
-    _wait(lambda: not judging(), config.stage_timeout_s, check,
-          lambda: f"cycle {cycle_id}: the critics have not finished with {', '.join(judging())} (their verdicts: "
-                  f"{_verdicts_of(store, judging())})")
+    poll_until(lambda: not judging(), config.stage_timeout_s, check,
+               lambda: f"cycle {cycle_id}: the critics have not finished with {', '.join(judging())} (their verdicts: "
+                       f"{q.verdicts_of(store, judging())})")
     _wait_quiet(store)
     candidates = q.candidates(store, cycle_id=cycle_id)
     decided: dict[str, int] = {}
@@ -486,7 +259,7 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
         in_sample=tuple(q.pooled_scores(q.scores(store, version=after.version, seeds=q.SELECTION))),
         pairs=tuple(q.adjacent_pairs(store, after.version, model_ids=[m.model_id for m in models
                                                                        if m.kind != q.ORACLE_KIND])),
-        rollouts=_episodes_spent(store) - spent_before, seconds=time.monotonic() - started, focus=tuple(focus))
+        rollouts=q.episodes_spent(store) - spent_before, seconds=time.monotonic() - started, focus=tuple(focus))
     on_event("decided", report)
     return report
 
@@ -541,29 +314,6 @@ def loop_time(store: EvidenceStore, started: datetime, wall_s: float, processes:
             f"the loop's overhead beyond them {wall_s / rollouts - 1:.0%}")
 
 
-def _episodes_spent(store: EvidenceStore) -> int:
-    return sum(r.ended_episodes for r in q.rollouts_spent(store))
-
-
-def _verdicts_of(store: EvidenceStore, scenario_ids: list[str]) -> str:
-    if not scenario_ids:
-        return "none"
-    by = defaultdict(list)
-    for v in q.verdicts(store, scenario_ids=scenario_ids):
-        by[v.scenario_id].append(f"{v.critic} {'ran' if v.ran else 'not run'}/{v.passed}")
-    return "; ".join(f"{sid}: {', '.join(by[sid]) or 'none yet'}" for sid in scenario_ids)
-
-
-def _wait(done: Callable[[], bool], timeout_s: float, check: Check | None, missing: Callable[[], str]) -> None:
-    deadline = deadline_in(timeout_s)
-    while not done():
-        if check is not None:
-            check()
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"{missing()} after {timeout_s:.0f} s")
-        time.sleep(POLL_S)
-
-
 def _wait_quiet(store: EvidenceStore) -> None:
     """Until the decisions table has not changed for QUIET_S (the gate's retirements land with its
     promotions, a moment apart at most)."""
@@ -575,97 +325,3 @@ def _wait_quiet(store: EvidenceStore) -> None:
         elif time.monotonic() - since >= QUIET_S:
             return
         time.sleep(POLL_S)
-
-
-# --- reviews, and the gate's decisions from the command line ------------------------------------
-#
-#   event = review_decision(store, "scn-1a2b", approved=True, reviewer="ada", note="looks right")
-#   publisher.publish(event); publisher.flush()
-#   wait_for_decisions(store, [event["envelope"]["event_id"]], timeout_s=30)
-#
-# A scenario gets one ReviewDecided (its id comes from the scenario alone), and only while the
-# gate's ReviewRequested is its latest decision: the log is checked before anything is published.
-# The gate (streams/gate) turns an approval into Promoted, a rejection into Rejected.
-
-REVIEW_PRODUCER = "review"
-ROBUSTNESS = "robustness"  # the critic whose checks a reviewer weighs
-# How long a command that published decisions waits for the evidence log to show them, s.
-DECISIONS_LANDING_S = 60.0
-
-
-@dataclass(frozen=True)
-class AwaitingReview:
-    """A candidate the gate asked a person about, with what it rests on."""
-
-    review: q.OpenReview
-    candidate: q.Candidate | None
-    robustness: q.Verdict | None  # its latest robustness verdict: the checks a reviewer weighs
-
-    @property
-    def checks(self) -> dict:
-        """The robustness verdict's checks (from its evidence), else those the gate recorded."""
-        for text in (self.robustness.evidence_json if self.robustness else "", self.review.checks_json):
-            try:
-                value = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                continue
-            checks = value.get("checks", value.get(ROBUSTNESS)) if isinstance(value, dict) else None
-            if isinstance(checks, dict) and checks:
-                return checks
-        return {}
-
-
-def awaiting_review(store: EvidenceStore) -> list[AwaitingReview]:
-    """Candidates awaiting review (a ReviewRequested no ReviewDecided or later decision answered),
-    by scenario id, with their candidate and robustness verdict."""
-    reviews = q.open_reviews(store)
-    if not reviews:
-        return []
-    ids = {r.scenario_id for r in reviews}
-    candidates = {c.scenario_id: c for c in q.candidates(store) if c.scenario_id in ids}
-    out = []
-    for r in reviews:
-        c = candidates.get(r.scenario_id)
-        robust = [v for v in (c.verdicts if c else ()) if v.critic == ROBUSTNESS]
-        out.append(AwaitingReview(r, c, robust[-1] if robust else None))
-    return out
-
-
-def review_decision(store: EvidenceStore, scenario_id: str, approved: bool, reviewer: str, note: str = "",
-                    at: datetime | None = None) -> dict:
-    """The ReviewDecided for a scenario awaiting review; ReviewRefused (naming why) for an unknown
-    scenario, one not awaiting review, or one reviewed already."""
-    if not reviewer.strip():
-        raise ReviewRefused("a review decision needs a reviewer's name (--reviewer)")
-    history = q.decisions(store, scenario_ids=[scenario_id])
-    reviewed = [d for d in history if d.event_type == "ReviewDecided"]
-    if reviewed:
-        d = reviewed[0]
-        raise ReviewRefused(f"{scenario_id} was reviewed already: {'approved' if d.approved else 'rejected'} by "
-                            f"{d.reviewer} at {d.event_time:%Y-%m-%d %H:%M:%S} UTC (a scenario gets one review "
-                            "decision)")
-    if not history:
-        if any(c.scenario_id == scenario_id for c in q.candidates(store)):
-            raise ReviewRefused(f"{scenario_id} is not awaiting review: the gate has not decided it yet")
-        waiting = [r.scenario_id for r in q.open_reviews(store)]
-        raise ReviewRefused(f"no candidate {scenario_id!r} in the evidence log (awaiting review: "
-                            f"{_quote(waiting) if waiting else 'none'})")
-    last = history[-1]
-    if last.event_type != "ReviewRequested":
-        raise ReviewRefused(f"{scenario_id} is not awaiting review: its latest decision is {last.event_type} "
-                            f"({last.reason})")
-    return make_event("ReviewDecided", (scenario_id,), REVIEW_PRODUCER, REVIEW_PRODUCER, event_time=at,
-                      scenario_id=scenario_id, approved=approved, reviewer=reviewer.strip(), note=note)
-
-
-def wait_for_decisions(store: EvidenceStore, event_ids: list[str], timeout_s: float = DECISIONS_LANDING_S,
-                       check: Check | None = None) -> None:
-    """Until every decision event published is in the evidence log (benchmark_decisions)."""
-    wanted = set(event_ids)
-
-    def missing() -> set[str]:
-        return wanted - {d.event_id for d in q.decisions(store)}
-
-    _wait(lambda: not missing(), timeout_s, check,
-          lambda: f"{len(missing())} published decision(s) are not in the evidence log (benchmark_decisions): "
-                  f"{_quote(sorted(missing()))}; is the pipeline (the evidence sink) running?")

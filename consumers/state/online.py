@@ -1,5 +1,6 @@
 """The seam: what the online processors (streams/: the gate, the sweeper, the mutator;
-consumers/critics) and the orchestrator (infra/orchestrator.py) ask the store.
+consumers/critics) and the orchestrator (infra/orchestrator.py, its waits infra/waits.py and
+reviews infra/reviews.py) ask the store.
 
 They import this module only (``from consumers.state import online as q``), never the other read
 models, so what the running loop depends on is the list below: the single-episode and request
@@ -30,6 +31,15 @@ __all__ = [
     "scenario_spec",
     "analysed_episodes",
     "episode_keyframes",
+    # defined here: what the orchestrator's waits and loop read of requests and episodes
+    "ENDED_OF_REQUESTS",
+    "ended_episodes",
+    "ended_per_request",
+    "analysed_state",
+    "intake_clustered",
+    "episode_outcomes",
+    "episodes_spent",
+    "verdicts_of",
     # re-exported from the read models that define them
     "Candidate",
     "HELD_OUT",
@@ -129,3 +139,74 @@ def episode_keyframes(store: EvidenceStore, episode_id: str) -> list[str]:
                         "{e:String} AND envelope.event_type = 'EpisodeEnded' AND final_keyframe_sha256 IS NOT NULL",
                         parameters={"e": episode_id})
     return frames + [r[0] for r in final if r[0] not in frames]
+
+
+# --- what the orchestrator's waits and loop read of requests and episodes ----------------------
+
+# Episodes of the requests whose EpisodeEnded is stored (EpisodeEnded carries no request_id:
+# EpisodeStarted names the request).
+ENDED_OF_REQUESTS = (
+    "SELECT request_id, episode_id FROM (SELECT DISTINCT request_id, episode_id FROM {database}.rollout_episodes FINAL "
+    "WHERE envelope.event_type = 'EpisodeStarted' AND has({requests:Array(String)}, request_id)) "
+    "WHERE episode_id IN (SELECT episode_id FROM {database}.rollout_episodes FINAL "
+    "WHERE envelope.event_type = 'EpisodeEnded') ORDER BY request_id, episode_id")
+
+
+def ended_episodes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[str, str]]:
+    """(request_id, episode_id) of every ended episode of the requests."""
+    return [(r, e) for r, e in store.query(ENDED_OF_REQUESTS, {"requests": request_ids})]
+
+
+def ended_per_request(store: EvidenceStore, request_ids: list[str]) -> dict[str, int]:
+    """request_id -> how many of its episodes have ended."""
+    counts: dict[str, int] = {}
+    for request_id, _ in ended_episodes(store, request_ids):
+        counts[request_id] = counts.get(request_id, 0) + 1
+    return counts
+
+
+def analysed_state(store: EvidenceStore, episode_ids: list[str]) -> dict[str, tuple[bool, bool, str, int]]:
+    """episode -> (success, analysed, termination, moments) of each of ``episode_ids`` with its
+    EpisodeAnalysed (failure_episodes)."""
+    return {e: (bool(s), bool(a), t, int(m)) for e, s, a, t, m in store.query(
+        "SELECT episode_id, any(success), any(analysed), any(termination), any(length(moments)) "
+        "FROM {database}.failure_episodes FINAL WHERE has({episodes:Array(String)}, episode_id) "
+        "GROUP BY episode_id", {"episodes": episode_ids})}
+
+
+def intake_clustered(store: EvidenceStore, episode_ids: list[str]) -> set[str]:
+    """Those of ``episode_ids`` with their intake ClusterAssigned (failure_clusters)."""
+    return {row[0] for row in store.query(
+        "SELECT DISTINCT episode_id FROM {database}.failure_clusters FINAL "
+        "WHERE envelope.event_type = 'ClusterAssigned' AND intake AND has({episodes:Array(String)}, episode_id)",
+        {"episodes": episode_ids})}
+
+
+def episode_outcomes(store: EvidenceStore, request_ids: list[str]) -> list[tuple[int, str, str, int, bool]]:
+    """(seed, episode_id, termination, steps, success) of the requests' ended episodes, by seed."""
+    episode_ids = [e for _, e in ended_episodes(store, request_ids)]
+    rows = store.query(
+        "SELECT s.seed, episode_id, e.termination, e.steps, e.success FROM "
+        "(SELECT episode_id, any(seed) AS seed FROM {database}.rollout_episodes FINAL "
+        " WHERE envelope.event_type = 'EpisodeStarted' AND has({episodes:Array(String)}, episode_id) "
+        " GROUP BY episode_id) AS s JOIN "
+        "(SELECT episode_id, any(termination) AS termination, any(steps) AS steps, any(success) AS success "
+        " FROM {database}.rollout_episodes FINAL WHERE envelope.event_type = 'EpisodeEnded' "
+        " AND has({episodes:Array(String)}, episode_id) GROUP BY episode_id) AS e USING (episode_id) "
+        "ORDER BY s.seed, episode_id", {"episodes": episode_ids})
+    return [(int(seed), e, t, int(n), bool(ok)) for seed, e, t, n, ok in rows]
+
+
+def episodes_spent(store: EvidenceStore) -> int:
+    """Episodes ended in the whole log (every copy: what was really spent)."""
+    return sum(r.ended_episodes for r in rollouts_spent(store))
+
+
+def verdicts_of(store: EvidenceStore, scenario_ids: list[str]) -> str:
+    """The critics' verdicts so far of each scenario, as a timeout quotes them."""
+    if not scenario_ids:
+        return "none"
+    by = defaultdict(list)
+    for v in verdicts(store, scenario_ids=scenario_ids):
+        by[v.scenario_id].append(f"{v.critic} {'ran' if v.ran else 'not run'}/{v.passed}")
+    return "; ".join(f"{sid}: {', '.join(by[sid]) or 'none yet'}" for sid in scenario_ids)

@@ -17,7 +17,8 @@ from rich.table import Table
 from consumers import replay as replay_mod
 from consumers.evidence.exceptions import EvidenceError
 from consumers.evidence.sink import GROUP_ID, EvidenceSink
-from infra import orchestrator, processes
+from consumers.state import online as q
+from infra import orchestrator, processes, waits
 from infra.cli.base import app, codec_of, console, err, fail, make_publisher, settings_of
 from infra.embedded_broker import TansuBroker
 from infra.exceptions import InfraError, NotRunning
@@ -201,10 +202,10 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task(f"{model} on {request['scenario_id']}", total=episodes)
-            orchestrator.wait_for_episodes(store, [request], orchestrator.deadline_in(timeout),
-                                           progress=lambda done, total: bar.update(task, completed=done),
-                                           check=orchestrator.still_coming(settings, store, [request]))
-        ended = orchestrator.episode_outcomes(store, [request["request_id"]])
+            waits.wait_for_episodes(store, [request], waits.deadline_in(timeout),
+                                    progress=lambda done, total: bar.update(task, completed=done),
+                                    check=waits.still_coming(settings, store, [request]))
+        ended = q.episode_outcomes(store, [request["request_id"]])
     except (InfraError, EvidenceError, ProducerError, ValueError, KeyError, OSError) as exc:
         fail(exc)
     table = Table("seed", "episode", "termination", "steps")

@@ -13,7 +13,7 @@ from rich.table import Table
 from consumers.evidence.exceptions import EvidenceError
 from consumers.report import write_report
 from consumers.state import content_digest, derived_state, open_reviews, state_digest
-from infra import orchestrator, processes
+from infra import orchestrator, processes, waits
 from infra.cli.base import app, codec_of, console, fail, make_publisher, republished_line, settings_of
 from infra.exceptions import InfraError, WaitTimeout
 from producers.exceptions import ProducerError
@@ -79,7 +79,7 @@ def run(ctx: typer.Context,
         with console.status("starting", spinner="dots") if console.is_terminal else nullcontext() as status:
             reports = orchestrator.evolve(store, publisher, models, config,
                                           on_event=lambda kind, value: _show(kind, value, status),
-                                          check=orchestrator.still_running(settings))
+                                          check=waits.still_running(settings))
         timing = orchestrator.loop_time(store, since, time.monotonic() - started, settings.rollout_processes)
         state, content = derived_state(store), content_digest(store)
         files = write_report(store, settings.memory_dir, settings.memory_dir / "keyframes")

@@ -31,7 +31,7 @@ from rich.table import Table
 from consumers import state as q
 from consumers.diff import DiffInputError, compare_with_previous, rows
 from consumers.evidence.exceptions import EvidenceError, StoreUnavailable
-from infra import orchestrator, processes
+from infra import orchestrator, processes, reviews, waits
 from infra.cli.base import app, codec_of, console, err, fail, make_publisher, settings_of
 from infra.cli.events import require_pipeline, require_rollout_worker
 from infra.cli.read import DIFF_TABLE_WIDTH, open_existing_store
@@ -74,7 +74,7 @@ def review_list(ctx: typer.Context,
     reason and the robustness verdict's checks."""
     settings = settings_of(ctx)
     try:
-        waiting = orchestrator.awaiting_review(open_existing_store(settings))
+        waiting = reviews.awaiting_review(open_existing_store(settings))
     except StoreUnavailable as exc:
         bad_input(exc)
     except (InfraError, EvidenceError) as exc:
@@ -112,11 +112,11 @@ def _decide_review(ctx: typer.Context, scenario_id: str, approved: bool, note: s
         bootstrap = processes.require_bootstrap(settings)
         require_pipeline(settings)
         store = processes.open_store(settings)
-        event = orchestrator.review_decision(store, scenario_id, approved, reviewer or getpass.getuser(), note)
+        event = reviews.review_decision(store, scenario_id, approved, reviewer or getpass.getuser(), note)
         publisher = make_publisher(settings, bootstrap, codec_of(ctx))
         publisher.publish(event)
         publisher.flush()
-        orchestrator.wait_for_decisions(store, [event["envelope"]["event_id"]])
+        reviews.wait_for_decisions(store, [event["envelope"]["event_id"]])
     except ReviewRefused as exc:
         bad_input(exc)
     except (InfraError, EvidenceError, ProducerError) as exc:
@@ -174,7 +174,7 @@ def promote(ctx: typer.Context,
             for event in decisions:
                 publisher.publish(event)
             publisher.flush()
-            orchestrator.wait_for_decisions(store, [e["envelope"]["event_id"] for e in decisions])
+            reviews.wait_for_decisions(store, [e["envelope"]["event_id"] for e in decisions])
     except (InfraError, EvidenceError, ProducerError, ConfigError) as exc:  # GateBusy is an InfraError
         fail(exc)
     pending = len(state.pending())
@@ -234,9 +234,9 @@ def eval_(ctx: typer.Context,
                       console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task(f"{config.model_id}@{config.version} on benchmark v{benchmark.version}",
                                 total=sum(len(r["seeds"]) for r in requests))
-            orchestrator.wait_for_episodes(store, requests, orchestrator.deadline_in(timeout),
-                                           progress=lambda done, total: bar.update(task, completed=done),
-                                           check=orchestrator.still_coming(settings, store, requests))
+            waits.wait_for_episodes(store, requests, waits.deadline_in(timeout),
+                                    progress=lambda done, total: bar.update(task, completed=done),
+                                    check=waits.still_coming(settings, store, requests))
         pinned = {config.model_id: config.version}
         table = q.scores(store, version=benchmark.version, model_ids=[config.model_id], model_versions=pinned,
                          seeds=q.HELD_OUT)

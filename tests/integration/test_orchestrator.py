@@ -15,16 +15,8 @@ from sinks import make_sink
 from consumers import state as q
 from infra.exceptions import WaitTimeout
 from infra.kafka_clients import ensure_topics, make_producer
-from infra.orchestrator import (
-    EvolveConfig,
-    Settled,
-    check_models,
-    cycle_started,
-    deadline_in,
-    request_rollouts,
-    wait_for_episodes,
-    wait_until_settled,
-)
+from infra.orchestrator import EvolveConfig, check_models, cycle_started, request_rollouts
+from infra.waits import Settled, deadline_in, wait_for_episodes, wait_until_settled
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request
 from producers.sim.models import load_models

@@ -20,7 +20,7 @@ from sinks import make_sink
 from consumers import state as q
 from infra import processes
 from infra.kafka_clients import ensure_topics, make_producer
-from infra.orchestrator import wait_for_decisions
+from infra.reviews import wait_for_decisions
 from infra.settings import Settings
 from infra.streams_config import gate_config
 from producers.publisher import Publisher

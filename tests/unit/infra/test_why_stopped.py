@@ -1,10 +1,10 @@
 """A process that stopped because the disk filled is named as such by `run`'s waits
-(infra/orchestrator.py, infra/processes.why_stopped): "the rollout worker has stopped" alone sent
+(infra/waits.py, infra/processes.why_stopped): "the rollout worker has stopped" alone sent
 people reading logs for an OSError."""
 
 import pytest
 
-from infra import orchestrator, processes
+from infra import processes, waits
 from infra.exceptions import NotRunning
 from infra.settings import load_settings
 
@@ -30,7 +30,7 @@ def test_a_process_stopped_by_a_full_disk_says_so(tmp_path, monkeypatch):
 
     monkeypatch.setattr(processes.RunState, "read", classmethod(lambda cls, s: Dead.__new__(Dead)))
     with pytest.raises(NotRunning, match=r"^the rollout worker \(pid 4242\) has stopped: out of disk space \("):
-        orchestrator.still_running(settings)()
+        waits.still_running(settings)()
 
 
 def test_a_disk_all_but_full_is_named_when_the_log_could_not_say_so(tmp_path, monkeypatch):
@@ -50,11 +50,11 @@ def test_the_waits_stop_on_a_full_disk_while_every_process_runs(tmp_path, monkey
 
     settings = load_settings(environ={}, memory_dir=tmp_path)
     settings.run_dir.mkdir(parents=True)
-    orchestrator.still_running(settings)()  # plenty of space, nothing started: nothing to say
+    waits.still_running(settings)()  # plenty of space, nothing started: nothing to say
     full = processes.shutil.disk_usage(tmp_path)._replace(free=0)
     monkeypatch.setattr(processes.shutil, "disk_usage", lambda path: full)
     with pytest.raises(OutOfSpace, match=r"^out of disk space \(0 bytes free under .*\): the evidence store cannot"):
-        orchestrator.still_running(settings)()
+        waits.still_running(settings)()
 
 
 def test_a_command_meeting_enospc_anywhere_names_it_as_out_of_disk_space(capsys):
