@@ -54,7 +54,7 @@ LIBERO_SUITE, LIBERO_TASKS = "libero_object", (0, 1)
 
 def _robosuite_scenarios() -> tuple[dict, dict]:
     """(base scenarios by task, one scenario per mutation factor): robosuite 1.5, this venv only."""
-    from producers.sim.scenario import Distractor, ScenarioSpec
+    from schemas.scenario import Distractor, ScenarioSpec
 
     bases = {"Lift": ScenarioSpec(env_name="Lift", horizon=150, instruction="lift the cube"),
              "Stack": ScenarioSpec(env_name="Stack", horizon=200, instruction="stack the red cube on the green cube"),
@@ -132,8 +132,8 @@ def _episode(benchmark: str, scenario: dict, model_id: str, seed: int, pushed: b
     if benchmark == "libero":
         from producers.libero.env import LiberoEnv
         from producers.libero.rollout import Episode
-        from producers.libero.scenario import LiberoScenario
         from producers.libero.worker import load_libero_models
+        from schemas.libero_scenario import LiberoScenario
 
         model = load_libero_models()[model_id]
         env = LiberoEnv(LiberoScenario.from_dict(scenario), keyframes=True)
@@ -142,7 +142,7 @@ def _episode(benchmark: str, scenario: dict, model_id: str, seed: int, pushed: b
     from producers.sim.models import load_models
     from producers.sim.perturb import Push
     from producers.sim.rollout import Episode
-    from producers.sim.scenario import ScenarioSpec
+    from schemas.scenario import ScenarioSpec
 
     model = {m.model_id: m for m in load_models()}[model_id]
     env = make_env(ScenarioSpec.from_dict(scenario), keyframes=True)

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 import producers.sim  # noqa: E402, F401  (MUJOCO_GL before mujoco)
-from producers.sim.scenario import ScenarioSpec  # noqa: E402
+from schemas.scenario import ScenarioSpec  # noqa: E402
 
 BASE = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube")
 ORACLE_SOLVES = 0.9

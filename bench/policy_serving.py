@@ -40,8 +40,8 @@ from bench.policy_server import LatencyPolicyServer  # noqa: E402
 from infra.embedded_broker import TansuBroker  # noqa: E402
 from infra.kafka_clients import ensure_topics, producer_config  # noqa: E402
 from producers.rollout_worker import RolloutPool, rollout_request, simulate_seeds  # noqa: E402
-from producers.sim.scenario import ScenarioSpec  # noqa: E402
 from schemas.codec import Codec  # noqa: E402
+from schemas.scenario import ScenarioSpec  # noqa: E402
 
 HORIZON = 100
 MODEL = """models:

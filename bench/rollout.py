@@ -55,9 +55,9 @@ from producers.recorder import SIGNAL_FIELDS, EpisodeIdentity, EpisodeRecorder  
 from producers.rollout_worker import RolloutPool, rollout_request, simulate_seeds  # noqa: E402
 from producers.sim.envs import make_env  # noqa: E402
 from producers.sim.policies import make_policy  # noqa: E402
-from producers.sim.scenario import ScenarioSpec  # noqa: E402
 from schemas.codec import Codec  # noqa: E402
 from schemas.events import make_event  # noqa: E402
+from schemas.scenario import ScenarioSpec  # noqa: E402
 
 HORIZON = 150
 POOL_HORIZON = 200

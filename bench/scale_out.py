@@ -58,9 +58,9 @@ from infra.apache_kafka import ApacheKafkaBroker, fetch_jars  # noqa: E402
 from infra.kafka_clients import QUIET, ensure_topics, producer_config  # noqa: E402
 from infra.lag import committed_offsets  # noqa: E402
 from producers.rollout_worker import GROUP_ID, rollout_request  # noqa: E402
-from producers.sim.scenario import ScenarioSpec  # noqa: E402
 from schemas.catalog import BY_NAME  # noqa: E402
 from schemas.codec import Codec  # noqa: E402
+from schemas.scenario import ScenarioSpec  # noqa: E402
 
 REQUESTS_TOPIC = BY_NAME["rollout.requests"]
 EPISODES_TOPIC = BY_NAME["rollout.episodes"]

@@ -43,7 +43,7 @@ from consumers.statistics import spearman  # noqa: E402
 from infra import orchestrator, waits  # noqa: E402
 from producers.seeds import held_out_seeds  # noqa: E402
 from producers.sim.models import load_models, skill_order  # noqa: E402
-from producers.sim.scenario import ScenarioSpec  # noqa: E402
+from schemas.scenario import ScenarioSpec  # noqa: E402
 from streams.mutations.coverage import fixed_variant  # noqa: E402
 
 # factor -> magnitudes of the reference suite: every factor, milder and harsher, none a grid point

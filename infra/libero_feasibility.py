@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from infra.libero_venv import ROOT, LiberoVenv, _base_environ
-from producers.libero.scenario import LiberoScenario
 from producers.sim.feasibility import FeasibilityResult
+from schemas.libero_scenario import LiberoScenario
 
 # The seeds the LIBERO check runs the oracle on (its stored init states 0..2), all must pass.
 LIBERO_FEASIBILITY_SEEDS = (0, 1, 2)

@@ -45,7 +45,7 @@ class RobosuiteAdapter:
         return list(self.INSTRUCTIONS)
 
     def base_scenario(self, task: str, horizon: int = 200) -> dict:
-        from producers.sim.scenario import ScenarioSpec
+        from schemas.scenario import ScenarioSpec
 
         if task not in self.INSTRUCTIONS:
             raise ValueError(f"robosuite task must be one of {self.tasks()}, got {task!r}")
@@ -53,7 +53,7 @@ class RobosuiteAdapter:
 
     def make_env(self, scenario: dict, keyframes: bool = False) -> BenchmarkEnv:
         from producers.sim.envs import make_env
-        from producers.sim.scenario import ScenarioSpec
+        from schemas.scenario import ScenarioSpec
 
         return make_env(ScenarioSpec.from_dict(scenario), keyframes=keyframes)
 

@@ -115,7 +115,7 @@ def task_scenario(benchmark: str, task: str, instruction: str, horizon: int) -> 
                "pose_offset_xyz": [0.0, 0.0, 0.0], "object_friction": None, "object_mass": None,
                "object_rgba": [], "object_size_scale": 1.0, "distractors": [], "seed": 0}
     # fields added in ScenarioSpec v2 take their defaults and stay out of the hash, as in
-    # producers.sim.scenario, so a task's id does not change with the schema version
+    # schemas.scenario, so a task's id does not change with the schema version
     defaults = {"success_hold_steps": 0, "place_target_xy": [], "suite": "", "init_state_index": 0,
                 "perturbations": {}}
     return {"scenario_id": "scn-" + stable_id(*sorted(content.items()))[:16], "parent_id": None, **content,

@@ -23,6 +23,14 @@ class InvalidEvent(SchemaError):
     """A value that does not match its event type's schema."""
 
 
+class ScenarioError(SchemaError, ValueError):
+    """A robosuite scenario field with a value the simulator cannot build; quotes the field and value."""
+
+
+class LiberoScenarioError(ScenarioError):
+    """A LIBERO scenario (suite, task, init state, perturbations) is invalid; names the bad value."""
+
+
 class InvalidEvidence(SchemaError):
     """A CriticVerdict's evidence_json that does not match its record (schemas/verdict_evidence.py).
 

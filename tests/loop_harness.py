@@ -38,9 +38,9 @@ from infra.kafka_clients import consumer_config, ensure_topics, make_producer
 from infra.orchestrator import base_candidate
 from producers.keyframes import KeyframeStore
 from producers.publisher import Publisher
-from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 from schemas.events import make_event, stable_id
+from schemas.scenario import ScenarioSpec
 from streams.gate.agent import GateRunner
 from streams.gate.gate import GateConfig, PromotionGate
 

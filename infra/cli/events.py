@@ -124,7 +124,7 @@ def _scenario(env: str, scenario_file: Path | None, horizon: int) -> dict:
     """The request's scenario: the --scenario file's, or env's base one. Bad input (an unreadable
     file, not JSON, not a scenario) exits 2 with one line naming the file and what is wrong."""
     from producers.adapters import RobosuiteAdapter
-    from producers.sim.scenario import ScenarioSpec
+    from schemas.scenario import ScenarioSpec
 
     if scenario_file is None:
         try:

@@ -134,8 +134,8 @@ def request(ctx: typer.Context, model: str = typer.Option(...), suite: str | Non
             episodes: int = typer.Option(5, min=1), seed: int = typer.Option(0),
             keyframe_every: int = typer.Option(0, min=0), cache_root: Path | None = typer.Option(None)):
     """Publish a RolloutRequested for a LIBERO scenario (the LIBERO worker serves it)."""
-    from producers.libero.scenario import LiberoScenario
     from producers.rollout_worker import rollout_request
+    from schemas.libero_scenario import LiberoScenario
 
     settings = settings_of(ctx)
     try:

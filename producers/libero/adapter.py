@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from producers.libero.exceptions import LiberoTaskError
-from producers.libero.scenario import LiberoScenario
 from producers.libero.tasks import TaskCatalog
+from schemas.libero_scenario import LiberoScenario
 
 
 class LiberoAdapter:

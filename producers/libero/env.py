@@ -55,11 +55,12 @@ import numpy as np  # noqa: E402
 
 from producers import robosuite_arithmetic  # noqa: E402
 from producers.fixed_order import dot, norm  # noqa: E402
-from producers.libero.exceptions import LiberoEnvError, LiberoScenarioError, LiberoSetupMissing  # noqa: E402
-from producers.libero.scenario import TARGET, LiberoScenario, parse_perturbation  # noqa: E402
+from producers.libero.exceptions import LiberoEnvError, LiberoSetupMissing  # noqa: E402
 from producers.libero.tasks import TaskCatalog, TaskInfo  # noqa: E402
 from producers.step_signals import OBJECT_GROUP, StepSignals  # noqa: E402
 from producers.step_signals import SIGNAL_KEYS as SIGNAL_KEYS  # noqa: E402 (re-exported: the keys of signals())
+from schemas.exceptions import LiberoScenarioError  # noqa: E402
+from schemas.libero_scenario import TARGET, LiberoScenario, parse_perturbation  # noqa: E402
 
 CONTROL_FREQ_HZ = 20
 ACTION_DIM = 7

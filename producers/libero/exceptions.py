@@ -7,10 +7,6 @@ class LiberoError(ProducerError):
     """Root of every LIBERO-side error."""
 
 
-class LiberoScenarioError(LiberoError, ValueError):
-    """A LIBERO scenario (suite, task, init state, perturbations) is invalid; names the bad value."""
-
-
 class LiberoTaskError(LiberoError, KeyError):
     """A suite or task is not part of the installed LIBERO, or its files cannot be read."""
 

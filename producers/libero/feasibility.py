@@ -25,7 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from producers.libero.exceptions import LiberoError
-from producers.libero.scenario import LiberoScenario
+from schemas.exceptions import LiberoScenarioError
+from schemas.libero_scenario import LiberoScenario
 
 REST_SPEED_MPS = 0.02
 MAX_PENETRATION_M = 0.005
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = LiberoScenario.from_dict(json.loads(sys.stdin.read()))
     try:
         report = check_feasibility(spec, args.seeds, args.min_success)
-    except LiberoError as exc:  # the scene does not build or reset: infeasible, said so
+    except (LiberoError, LiberoScenarioError) as exc:  # the scene does not build or reset: infeasible, said so
         need = len(args.seeds) if args.min_success is None else args.min_success
         report = FeasibilityReport(spec.scenario_id, tuple(args.seeds), (),
                                    (f"the scene does not build: {type(exc).__name__}: {exc}",), need)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from producers.libero.scenario import LiberoScenario
+from schemas.libero_scenario import LiberoScenario
 
 # LIBERO object categories (libero/libero/envs/objects) usable as distractors.
 DISTRACTOR_CATEGORIES = ("alphabet_soup", "bbq_sauce", "butter", "chocolate_pudding", "cream_cheese", "ketchup",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from producers.libero.exceptions import LiberoTaskError
-from producers.libero.scenario import DEFAULT_HORIZONS, SUITES, LiberoScenario
+from schemas.libero_scenario import DEFAULT_HORIZONS, SUITES, LiberoScenario
 
 TASK_MAP_FILE = Path("benchmark") / "libero_suite_task_map.py"
 

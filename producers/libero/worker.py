@@ -43,13 +43,13 @@ from producers.commits import Committer
 from producers.env_cache import EnvCache
 from producers.keyframes import KeyframeStore
 from producers.libero.exceptions import LiberoError
-from producers.libero.scenario import LiberoScenario, is_libero
 from producers.parent_death import die_with_parent
 from producers.publisher import Publisher
 from producers.recorder import EpisodeIdentity, EpisodeSummary, record_episode
 from schemas.catalog import BY_NAME
 from schemas.events import dead_letter, refusal_reason
 from schemas.exceptions import SchemaError
+from schemas.libero_scenario import LiberoScenario, is_libero
 
 log = logging.getLogger(__name__)
 PRODUCER = "libero-worker"

@@ -25,7 +25,7 @@ from producers.sim.envs import make_env
 from producers.sim.models import load_models
 from producers.sim.policies import OracleScripted
 from producers.sim.rollout import run_episode
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.scenario import Distractor, ScenarioSpec
 
 BASE_LIFT = ScenarioSpec(env_name="Lift", horizon=150, instruction="lift the red cube")
 # Wide placement and a small, heavier, more slippery cube.

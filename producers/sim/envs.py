@@ -58,7 +58,6 @@ from producers import robosuite_arithmetic
 from producers.fixed_order import norm
 from producers.sim.exceptions import ActionError, EnvError, KeyframeError
 from producers.sim.lean_step import _LeanControlStep as _LeanControlStep  # re-exported for test_sim_lean_step.py only
-from producers.sim.scenario import OBJECT_GEOM_PRIORITY, ScenarioSpec
 from producers.sim.tasks import (
     _ENV_CLASSES,
     LIFT_SUCCESS_HEIGHT_M,
@@ -68,6 +67,7 @@ from producers.sim.tasks import (
 )
 from producers.step_signals import OBJECT_GROUP, StepSignals
 from producers.step_signals import SIGNAL_KEYS as SIGNAL_KEYS  # re-exported: the keys of SimEnv.signals()
+from schemas.scenario import OBJECT_GEOM_PRIORITY, ScenarioSpec
 
 # robosuite's BLAS arithmetic replaced by fixed-order arithmetic, so an episode is the same on every
 # machine (producers/robosuite_arithmetic.py).

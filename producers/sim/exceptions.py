@@ -5,10 +5,6 @@ class SimError(Exception):
     """Root of every simulation-core error."""
 
 
-class ScenarioError(SimError, ValueError):
-    """A scenario field with a value the simulator cannot build; quotes the field and value."""
-
-
 class EnvError(SimError):
     """The simulator failed to build, reset or step a scenario (physics or model trouble)."""
 

@@ -60,8 +60,8 @@ from producers.sim.faults import FreezeAt, PerceptionOffset, ReleaseWhenLifted
 from producers.sim.perturb import Push
 from producers.sim.policies import Policy, make_policy
 from producers.sim.rollout import Episode
-from producers.sim.scenario import ScenarioSpec
 from schemas.loader import expanded_schema
+from schemas.scenario import ScenarioSpec
 
 RUN_ID = "failure-set"
 EVENT_TYPES = ("EpisodeStarted", "Step", "EpisodeEnded")

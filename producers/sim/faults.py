@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from producers.sim.policies import Policy
-from producers.sim.scenario import ScenarioSpec
+from schemas.scenario import ScenarioSpec
 
 GRIPPER_INDEX = -1  # robosuite: the last action element commands the gripper
 GRIP_OPEN = -1.0

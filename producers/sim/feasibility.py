@@ -46,7 +46,7 @@ from producers.fixed_order import dot, norm
 from producers.sim.envs import SimEnv, make_env
 from producers.sim.exceptions import EnvError
 from producers.sim.policies import GRASP_DZ_M, OracleScripted
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.scenario import Distractor, ScenarioSpec
 
 # Where robosuite mounts the Panda relative to the Lift/Stack table centre (x, y), m. Measured:
 # the oracle reaches the grasp point of a cube 0.81 m from it and misses by 5 cm at 0.86 m.

@@ -41,7 +41,7 @@ import numpy as np
 
 from producers.fixed_order import norm
 from producers.sim.exceptions import UnknownPolicy
-from producers.sim.scenario import ScenarioSpec
+from schemas.scenario import ScenarioSpec
 
 ACTION_DIM = 7
 # OSC_POSE delta scaling of robosuite's default Panda controller: action 1 = 0.05 m, 0.5 rad.

@@ -23,7 +23,7 @@ from producers import robosuite_arithmetic
 from producers.fixed_order import norm
 from producers.sim.exceptions import EnvError
 from producers.sim.lean_step import _LeanControlStep
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.scenario import Distractor, ScenarioSpec
 
 # robosuite's BLAS arithmetic replaced by fixed-order arithmetic, as producers/sim/envs.py does
 # (idempotent), so an env built from these classes runs it.

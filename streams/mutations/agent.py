@@ -34,12 +34,11 @@ import faust
 
 from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
-from producers.libero.exceptions import LiberoScenarioError
-from producers.libero.scenario import LiberoScenario
-from producers.sim.exceptions import ScenarioError
-from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 from schemas.events import make_event
+from schemas.exceptions import LiberoScenarioError, ScenarioError
+from schemas.libero_scenario import LiberoScenario
+from schemas.scenario import ScenarioSpec
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.mutations.chooser import ChooserConfig, Coverage, blind_candidates, guided_candidates, propose
 from streams.mutations.coverage import GENERATOR as COVERAGE

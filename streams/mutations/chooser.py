@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.libero.scenario import LiberoScenario
-from producers.sim.scenario import ScenarioSpec
+from schemas.libero_scenario import LiberoScenario
+from schemas.scenario import ScenarioSpec
 from streams.mutations.exceptions import CompositionError, OperatorError, SeedError
 from streams.mutations.libero_operators import LiberoChooserConfig, libero_family
 from streams.mutations.operators import (

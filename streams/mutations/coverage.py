@@ -31,8 +31,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from producers.fixed_order import norm
-from producers.libero.scenario import LiberoScenario
-from producers.sim.scenario import (
+from schemas.libero_scenario import LiberoScenario
+from schemas.scenario import (
     GRIPPER_START_XY,
     MAX_HORIZON,
     PLACEMENT_REFERENCE_XY,

@@ -43,8 +43,8 @@ import numpy as np
 
 from producers.fixed_order import norm
 from producers.libero import mutations as lm
-from producers.libero.exceptions import LiberoScenarioError
-from producers.libero.scenario import LiberoScenario
+from schemas.exceptions import LiberoScenarioError
+from schemas.libero_scenario import LiberoScenario
 from streams.mutations.exceptions import OperatorError
 from streams.mutations.operators import Candidate, FailureSeed, OperatorFamily, _r, _s
 

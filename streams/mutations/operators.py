@@ -52,9 +52,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from producers.fixed_order import norm
-from producers.libero.exceptions import LiberoScenarioError
-from producers.libero.scenario import LiberoScenario, is_libero
-from producers.sim.scenario import (
+from schemas.exceptions import LiberoScenarioError
+from schemas.libero_scenario import LiberoScenario, is_libero
+from schemas.scenario import (
     DISTRACTOR_KINDS,
     GRIPPER_START_XY,
     MAX_DISTRACTOR_ABS_M,

@@ -17,9 +17,9 @@ import numpy as np
 from producers.libero.env import LiberoEnv, simulator_versions
 from producers.libero.feasibility import check_feasibility
 from producers.libero.rollout import Episode
-from producers.libero.scenario import LiberoScenario
 from producers.libero.worker import PRODUCER, episode_identity, load_libero_models
 from producers.recorder import record_episode
+from schemas.libero_scenario import LiberoScenario
 
 
 def record(bootstrap: str, prefix: str, request_path: str, *rest: str) -> None:

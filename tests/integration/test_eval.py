@@ -22,9 +22,9 @@ from infra.kafka_clients import consumer_config, ensure_topics, make_producer, p
 from producers.publisher import Publisher
 from producers.rollout_worker import GROUP_ID, MAX_POLL_INTERVAL_MS, RolloutPool, RolloutWorker
 from producers.seeds import held_out_seeds
-from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 from schemas.events import utc_now
+from schemas.scenario import ScenarioSpec
 
 SEEDS = 6  # 6 of 6 discordant pairs: exact McNemar p = 2 * 0.5**6 = 0.031 < 0.05
 # 30 control steps: no policy lifts and holds the cube that fast, so the new version fails every seed.

@@ -7,8 +7,8 @@ from __future__ import annotations
 from evidence_factory import EvidenceLog, spec, store_events
 
 from consumers import state as q
-from producers.libero.scenario import INIT_STATES_PER_TASK
 from producers.seeds import HELD_OUT_FROM, held_out_seeds, is_held_out, selection_seeds
+from schemas.libero_scenario import INIT_STATES_PER_TASK
 from streams.gate.agent import gate_state
 
 

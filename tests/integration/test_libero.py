@@ -32,8 +32,8 @@ from producers.libero.mutations import camera, distractor, layout, lighting, mat
 from producers.libero.tasks import TaskCatalog
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request
-from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
+from schemas.scenario import ScenarioSpec
 from streams.failures.detector import DetectorConfig, EpisodeDetector
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_tasks_and_scenarios_come_from_the_venvs_files(libero_venv, tmp_path):
                                  "--perturb", "layout.target.dx_m=0.03"], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert made.returncode == 0, made.stderr
-    from producers.libero.scenario import LiberoScenario
+    from schemas.libero_scenario import LiberoScenario
 
     spec = LiberoScenario.from_dict(json.loads(made.stdout))
     assert spec.parent_id is not None and spec.perturbations == {"layout.target.dx_m": 0.03}

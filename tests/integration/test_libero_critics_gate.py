@@ -13,8 +13,8 @@ from loop_harness import LoopWorld, always, harder_for, never
 
 from consumers import state as q
 from producers.libero.mutations import layout, material
-from producers.libero.scenario import LiberoScenario
 from producers.rollout_worker import serves
+from schemas.libero_scenario import LiberoScenario
 
 SOUP = LiberoScenario(suite="libero_object", env_name="pick_up_the_alphabet_soup_and_place_it_in_the_basket",
                       instruction="pick up the alphabet soup and place it in the basket", horizon=280)

@@ -18,8 +18,8 @@ from evidence_factory import EvidenceLog, store_events
 from consumers import state as q
 from consumers.evidence.store import migrate
 from infra.libero_feasibility import scenario_feasibility
-from producers.libero.scenario import LiberoScenario
 from schemas.codec import Codec
+from schemas.libero_scenario import LiberoScenario
 from streams.mutations.agent import MutatorConfig, MutatorRunner
 from streams.mutations.chooser import ChooserConfig, guided_candidates, propose
 

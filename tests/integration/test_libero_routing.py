@@ -10,11 +10,11 @@ import uuid
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from infra.kafka_clients import consumer_config, ensure_topics, make_producer
-from producers.libero.scenario import LiberoScenario
 from producers.publisher import Publisher
 from producers.rollout_worker import GROUP_ID, MAX_POLL_INTERVAL_MS, REQUESTS, RolloutWorker, rollout_request
-from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
+from schemas.libero_scenario import LiberoScenario
+from schemas.scenario import ScenarioSpec
 
 
 class RecordingPool:

@@ -20,9 +20,9 @@ from infra.waits import Settled, deadline_in, wait_for_episodes, wait_until_sett
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request
 from producers.sim.models import load_models
-from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 from schemas.events import dead_letter, make_event
+from schemas.scenario import ScenarioSpec
 
 QUALITY = {"smoothness_jerk": 0.0, "path_efficiency": 1.0, "peak_contact_force": 0.0, "mean_contact_force": 0.0,
            "time_to_success": None, "regrasp_count": 0, "idle_steps": 0}

@@ -31,11 +31,11 @@ from producers.rollout_worker import (
 )
 from producers.sim.envs import make_env
 from producers.sim.rollout import Episode
-from producers.sim.scenario import ScenarioSpec
 from producers.websocket_policy import WebSocketPolicy
 from schemas.catalog import BY_NAME, DEAD_LETTER_EXCERPT_BYTES
 from schemas.codec import Codec
 from schemas.events import make_event
+from schemas.scenario import ScenarioSpec
 from streams.deadletter import Intake, RawMessage
 
 SESSION_MS = 6000

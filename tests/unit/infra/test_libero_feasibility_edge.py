@@ -5,9 +5,9 @@ robosuite check. (With the LIBERO venv: tests/integration/test_libero_loop.py.)"
 import json
 
 from infra.libero_feasibility import libero_feasibility, scenario_feasibility
-from producers.libero.scenario import LiberoScenario
 from producers.sim.feasibility import FeasibilityResult
-from producers.sim.scenario import ScenarioSpec
+from schemas.libero_scenario import LiberoScenario
+from schemas.scenario import ScenarioSpec
 from streams.mutations.chooser import guided_candidates, propose
 
 SOUP = LiberoScenario(suite="libero_object", env_name="pick_up_the_alphabet_soup_and_place_it_in_the_basket",

@@ -7,12 +7,12 @@ import pytest
 from infra.libero_venv import ROOT, LiberoVenv
 from infra.libero_worker import ready_file_of, start_libero_worker, worker_command, worker_environ
 from infra.settings import load_settings
-from producers.libero.exceptions import LiberoScenarioError
-from producers.libero.scenario import LiberoScenario
 from producers.libero.worker import LiberoModel, LiberoWorker, load_libero_models
 from producers.rollout_worker import rollout_request
 from producers.sim.policies import Skill
-from producers.sim.scenario import ScenarioSpec
+from schemas.exceptions import LiberoScenarioError
+from schemas.libero_scenario import LiberoScenario
+from schemas.scenario import ScenarioSpec
 
 
 class Pool:

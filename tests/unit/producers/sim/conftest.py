@@ -7,7 +7,7 @@ import pytest
 
 import producers.sim  # noqa: F401  (MUJOCO_GL default before mujoco is imported)
 from producers.sim.envs import make_env
-from producers.sim.scenario import ScenarioSpec
+from schemas.scenario import ScenarioSpec
 
 
 def pytest_configure(config):

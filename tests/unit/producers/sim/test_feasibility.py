@@ -9,7 +9,7 @@ import pytest
 
 from producers.sim import feasibility
 from producers.sim.feasibility import FeasibilityConfig, _Footprint, check_feasibility, footprint_gap
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.scenario import Distractor, ScenarioSpec
 
 LIFT = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube")
 CENTRED = dict(placement_x_range=(0.0, 0.0), placement_y_range=(0.0, 0.0))

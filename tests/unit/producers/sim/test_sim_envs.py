@@ -11,7 +11,7 @@ from producers.sim.envs import OBJECT_GEOM_PRIORITY, SIGNAL_KEYS, make_env
 from producers.sim.exceptions import ActionError, EnvError, KeyframeError
 from producers.sim.policies import make_policy
 from producers.sim.rollout import run_episode
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.scenario import Distractor, ScenarioSpec
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 EXPECTED_KEYS = {"eef_pos", "eef_quat", "gripper_opening", "gripper_force", "object_poses", "contacts",

@@ -17,7 +17,7 @@ from producers.robosuite_arithmetic import nullspace_torques, opspace_matrices, 
 from producers.sim import osc_substep
 from producers.sim.envs import _LeanControlStep, make_env
 from producers.sim.policies import make_policy
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.scenario import Distractor, ScenarioSpec
 
 
 def _state(env) -> dict[str, bytes]:

@@ -5,7 +5,7 @@ from producers.sim.exceptions import ModelConfigError, UnknownPolicy
 from producers.sim.models import DEFAULT_MODELS_PATH, load_models, skill_order
 from producers.sim.policies import POLICIES, SKILLS, OracleScripted, Policy, ScriptedPolicy, Skill, make_policy
 from producers.sim.rollout import run_episode
-from producers.sim.scenario import ScenarioSpec
+from schemas.scenario import ScenarioSpec
 
 RANKED = ["oracle", "scripted-expert", "scripted-skilled", "scripted-novice", "scripted-clumsy"]
 

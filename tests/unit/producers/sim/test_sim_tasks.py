@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from producers.sim.envs import LIFT_SUCCESS_HEIGHT_M, PLACE_XY_TOL_M
-from producers.sim.exceptions import ScenarioError
 from producers.sim.policies import DISTRACTOR_PULL_RADIUS_M, OracleScripted, ScriptedPolicy, Skill
 from producers.sim.rollout import SUCCESS_HOLD_STEPS, Episode, run_episode
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.exceptions import ScenarioError
+from schemas.scenario import Distractor, ScenarioSpec
 
 LIFT = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube")
 

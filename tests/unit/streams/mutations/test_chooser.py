@@ -4,7 +4,7 @@ pre-check before proposing."""
 import pytest
 
 from producers.sim.feasibility import FeasibilityConfig, check_feasibility
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.scenario import Distractor, ScenarioSpec
 from streams.mutations.chooser import (
     FAILURE_OPERATORS,
     ChooserConfig,

@@ -3,7 +3,7 @@ nothing proposed twice, and what does not apply skipped with the reason."""
 
 import pytest
 
-from producers.sim.scenario import ScenarioSpec
+from schemas.scenario import ScenarioSpec
 from streams.mutations.coverage import GRID, LAST, coverage_candidates, fixed_variant, grid_order
 from streams.mutations.exceptions import OperatorError
 

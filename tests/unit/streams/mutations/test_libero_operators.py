@@ -3,8 +3,8 @@ deterministic, and candidates whose specs are LIBERO scenarios with the parent a
 
 import pytest
 
-from producers.libero.scenario import LiberoScenario, parse_perturbation
-from producers.sim.scenario import ScenarioSpec
+from schemas.libero_scenario import LiberoScenario, parse_perturbation
+from schemas.scenario import ScenarioSpec
 from streams.mutations.chooser import ChooserConfig, blind_candidates, family_for, guided_candidates
 from streams.mutations.libero_operators import FAILURE_OPERATORS, OPERATORS, LiberoChooserConfig
 from streams.mutations.operators import FailureSeed

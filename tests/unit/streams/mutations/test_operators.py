@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from producers.sim.scenario import OBJECT_GEOM_PRIORITY, Distractor, ScenarioSpec
+from schemas.scenario import OBJECT_GEOM_PRIORITY, Distractor, ScenarioSpec
 from streams.mutations.exceptions import OperatorError, SeedError
 from streams.mutations.operators import (
     FACTORS,

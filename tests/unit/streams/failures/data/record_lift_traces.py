@@ -29,7 +29,7 @@ import numpy as np
 
 import producers.sim  # noqa: F401  (sets MUJOCO_GL before mujoco is imported)
 from producers.sim.envs import make_env
-from producers.sim.scenario import Distractor, ScenarioSpec
+from schemas.scenario import Distractor, ScenarioSpec
 
 HERE = Path(__file__).parent
 SEED = 7

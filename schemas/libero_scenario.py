@@ -52,7 +52,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.libero.exceptions import LiberoScenarioError
+from schemas.exceptions import LiberoScenarioError
 
 BENCHMARK = "libero"
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.sim.exceptions import ScenarioError
+from schemas.exceptions import ScenarioError
 
 BENCHMARK = "robosuite"
 ENV_NAMES = ("Lift", "Stack", "PickPlaceCan")

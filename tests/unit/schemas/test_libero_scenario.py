@@ -9,15 +9,15 @@ import zipfile
 import numpy as np
 import pytest
 
-from producers.libero.exceptions import LiberoScenarioError, LiberoTaskError
+from producers.libero.exceptions import LiberoTaskError
 from producers.libero.mutations import PROBE, distractor, layout, material, paraphrase, paraphrases
-from producers.libero.scenario import INIT_STATES_PER_TASK, LiberoScenario, is_libero, parse_perturbation
 from producers.libero.tasks import TaskCatalog, language_from_task_name, load_init_states, parse_sexpr
 from producers.rollout_worker import serves
-from producers.sim.exceptions import ScenarioError
-from producers.sim.scenario import ScenarioSpec
 from schemas.codec import Codec
 from schemas.events import make_event
+from schemas.exceptions import LiberoScenarioError, ScenarioError
+from schemas.libero_scenario import INIT_STATES_PER_TASK, LiberoScenario, is_libero, parse_perturbation
+from schemas.scenario import ScenarioSpec
 
 TASK = "pick_up_the_ketchup_and_place_it_in_the_basket"
 
