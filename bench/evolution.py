@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from consumers import state as q  # noqa: E402
 from consumers.statistics import spearman  # noqa: E402
-from infra import orchestrator, processes, waits  # noqa: E402
+from infra import orchestrator, processes, supervisor, waits  # noqa: E402
 from infra.kafka_clients import make_codec, make_producer  # noqa: E402
 from infra.settings import load_settings  # noqa: E402
 from producers.adapters import RobosuiteAdapter  # noqa: E402
@@ -134,7 +134,7 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=No
     memory = work / generator
     settings = load_settings(memory_dir=memory, environ={"SEPA_MODELS_FILE": str(models_file(memory))})
     started = time.monotonic()
-    processes.up(settings)
+    supervisor.up(settings)
     publisher = None
     try:
         store = processes.open_store(settings)
@@ -167,7 +167,7 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=No
         if publisher is not None:
             publisher.flush()
             del publisher  # the producer goes before the broker: else it logs refused reconnects at exit
-        processes.down(settings)
+        supervisor.down(settings)
 
 
 def measure(store, models, reports, seconds: float) -> dict:

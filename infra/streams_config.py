@@ -17,7 +17,8 @@ from streams.gate.gate import GateConfig
 from streams.gate.sweeps import SweeperConfig
 from streams.mutations.agent import MutatorConfig
 from streams.mutations.chooser import ChooserConfig
-from streams.mutations.operators import LLMParaphraser, OperatorConfig
+from streams.mutations.operator_config import OperatorConfig
+from streams.mutations.paraphrasers import LLMParaphraser
 
 
 def processing_guarantee(settings: Settings) -> str:

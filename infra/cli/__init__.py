@@ -21,7 +21,8 @@ sync-models, rollout, rollout-worker), loop.py (run, critics), read.py (report, 
 verbs.py (review, promote, eval). Each command builds what
 it needs from the settings (infra/cli/base.py), at the edge: the settings, one codec per process (``codec_of``),
 the clients and the store. Command functions do not call each other; what several commands do
-lives in infra/orchestrator.py, infra/waits.py, infra/reviews.py and infra/processes.py.
+lives in infra/orchestrator.py, infra/waits.py, infra/reviews.py, infra/processes.py and
+infra/supervisor.py.
 
 Errors go to ``err``: one line per error where the error is one line, never wrapped at the
 terminal's width, never styled when stderr is not a terminal, and never read as rich markup.

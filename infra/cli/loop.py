@@ -13,7 +13,7 @@ from rich.table import Table
 from consumers.evidence.exceptions import EvidenceError
 from consumers.report import write_report
 from consumers.state import content_digest, derived_state, open_reviews, state_digest
-from infra import orchestrator, processes, waits
+from infra import orchestrator, processes, supervisor, waits
 from infra.cli.base import app, codec_of, console, fail, make_publisher, republished_line, settings_of
 from infra.exceptions import InfraError, WaitTimeout
 from producers.exceptions import ProducerError
@@ -66,7 +66,7 @@ def run(ctx: typer.Context,
                                            measure_seeds=measure_seeds or sweep_seeds or settings.sweep_seeds,
                                            max_candidates=max_candidates, generator=generator, seed=seed, base=base,
                                            stage_timeout_s=timeout, fragile=settings.cluster_fragile_successes)
-        result = processes.up(settings, codec_of(ctx))
+        result = supervisor.up(settings, codec_of(ctx))
         if result.started:
             console.print(f"started {', '.join(result.started)}")
         if result.republished:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from consumers.evidence.exceptions import EvidenceError
 from consumers.state import MemoryFigures, memory_figures
-from infra import processes
+from infra import processes, supervisor
 from infra.cli.base import app, codec_of, console, err, fail, republished_line, settings_of
 from infra.cli.read import open_existing_store
 from infra.exceptions import InfraError
@@ -26,7 +26,7 @@ def up(ctx: typer.Context):
     worker and the rollout worker; return once every one of them is ready."""
     settings = settings_of(ctx)
     try:
-        result = processes.up(settings, codec_of(ctx))
+        result = supervisor.up(settings, codec_of(ctx))
     except (InfraError, EvidenceError, ConfigError, OSError) as exc:
         fail(exc)
     state = result.state
@@ -45,7 +45,7 @@ def up(ctx: typer.Context):
 def down(ctx: typer.Context):
     """Stop the streams and rollout workers, the pipeline, then the embedded broker."""
     try:
-        stopped = processes.down(settings_of(ctx))
+        stopped = supervisor.down(settings_of(ctx))
     except (InfraError, OSError) as exc:
         fail(exc)
     console.print("stopped " + ", ".join(stopped) if stopped else "nothing was running")

@@ -38,7 +38,7 @@ from streams.failures.detector import DetectorConfig, EpisodeDetector
 pytestmark = pytest.mark.timeout(420)  # the Apache Kafka variant is marked kafka by the broker fixture
 
 ROOT = Path(__file__).resolve().parents[2]
-# What `sepa-eval up` runs (infra/processes.py): the faust edge with its web server off.
+# What `sepa-eval up` runs (infra/supervisor.py command()): the faust edge with its web server off.
 STREAMS_WORKER = [sys.executable, "-m", "faust", "-A", "infra.streams_worker", "worker", "-l", "info"]
 ROLLOUT_WORKERS = 24
 EPISODES_EACH = 4

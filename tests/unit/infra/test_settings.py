@@ -65,7 +65,7 @@ def test_every_setting_reaches_a_child_through_its_environment_alone(tmp_path):
 
 
 def test_a_child_gets_the_settings_and_no_other_sepa_variable(tmp_path, monkeypatch):
-    from infra.processes import child_environ
+    from infra.supervisor import child_environ
 
     config = tmp_path / "sepa.toml"
     config.write_text('topic_prefix = "file."\n')

@@ -38,7 +38,7 @@ def test_the_processing_guarantee_comes_from_the_settings(edge, tmp_path):
 
 
 def test_up_refuses_exactly_once_before_starting_anything(tmp_path):
-    from infra.processes import up
+    from infra.supervisor import up
 
     with pytest.raises(ConfigError, match="streams_processing_guarantee"):
         up(Settings(memory_dir=tmp_path, streams_processing_guarantee="exactly_once"))

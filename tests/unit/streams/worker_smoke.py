@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests"))
 from analysed_episodes import analysed_episodes  # noqa: E402
 
-# What `sepa-eval up` runs (infra/processes.py): the faust edge with its web server off.
+# What `sepa-eval up` runs (infra/supervisor.py command()): the faust edge with its web server off.
 STREAMS_WORKER = [sys.executable, "-m", "faust", "-A", "infra.streams_worker", "worker", "--without-web", "-l", "info"]
 
 
