@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 import numpy as np
@@ -56,17 +56,18 @@ from sklearn.cluster import DBSCAN
 from sklearn.metrics import adjusted_rand_score
 
 from producers.fixed_order import dot, norm
-from schemas.events import make_event, stable_id
+from schemas.events import stable_id
 from streams.exceptions import ClustererError, ConfigError
+from streams.failures.cluster_events import ClusterEvents
+from streams.failures.cluster_records import MacroCluster, MicroCluster
 from streams.failures.detector import FAILURE_TYPES
 from streams.failures.embedding import SITE_FEATURES, EpisodeFacts
+from streams.failures.micro_clusters import MicroClusters
 from streams.failures.summaries import ClusterStats
 
-CLUSTERER_VERSION = "failure-clusterer/2.0"
 PRODUCER = "failure-clusterer"
 NOISE = -1  # DBSCAN's noise label
 NOISE_ID = "noise"  # cluster_id of an assignment to no cluster
-EMPTY_SCENARIO = {"scenario_id": "", "env_name": "", "horizon": 0, "instruction": ""}  # ScenarioSpec default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,62 +109,12 @@ class ClustererConfig:
             raise ConfigError("ClustererConfig.namespace must not be empty")
 
 
-@dataclass
-class MicroCluster:
-    id: int
-    count: int  # episodes absorbed (never faded)
-    weight: float  # faded count
-    ls: np.ndarray  # faded linear sum
-    ss: float  # faded sum of squared norms
-    updated: int  # add index the fading was last applied at
-    representative_episode_id: str
-    representative_scenario_id: str
-    representative_scenario: dict | None = None
-    scenarios: Counter = field(default_factory=Counter)
-    models: Counter = field(default_factory=Counter)
-    types: Counter = field(default_factory=Counter)  # episodes with a moment of each type
-    roots: Counter = field(default_factory=Counter)  # episodes by root-moment type
-    site_sum: Counter = field(default_factory=Counter)  # SITE_FEATURES name -> sum over members
-    site_n: Counter = field(default_factory=Counter)  # ... and how many members carried it
-    members: dict[str, list[str]] = field(default_factory=dict)  # announced cluster id -> episodes
-
-    @property
-    def centre(self) -> np.ndarray:
-        return self.ls / self.weight
-
-    @property
-    def radius(self) -> float:
-        """RMS distance of the members from the centre."""
-        c = self.centre
-        return math.sqrt(max(0.0, self.ss / self.weight - float(dot(c, c))))
-
-
-@dataclass
-class MacroCluster:
-    id: str
-    micro_ids: frozenset[int]
-    centroid: np.ndarray
-    size: int
-    representative_episode_id: str
-    representative_scenario_id: str
-    top_scenarios: tuple[tuple[str, int], ...]
-    revision: int  # clusterer revision of its last ClusterUpdated
-    dominant: str = "unknown"
-    summary: str = ""
-    failure_types: dict[str, float] = field(default_factory=dict)
-    root_types: dict[str, float] = field(default_factory=dict)
-    model_counts: dict[str, int] = field(default_factory=dict)
-    site: dict[str, float] = field(default_factory=dict)
-    representative_scenario: dict | None = None
-    event_time: datetime | None = None  # of its last ClusterUpdated
-
-
 class _GenericDescriber:
     def describe(self, stats: ClusterStats) -> tuple[str, str]:
         return "unknown", f"{stats.size} failed episodes"
 
 
-class OnlineFailureClusterer:
+class OnlineFailureClusterer(MicroClusters, ClusterEvents):
     """Micro-clusters per add, DBSCAN macro-clusters on a schedule, stable ids, positioned output.
     Not thread-safe."""
 
@@ -262,83 +213,12 @@ class OnlineFailureClusterer:
         c = self.config
         return max(1, min(c.recluster_every, int(c.recluster_fraction * self.updates)))
 
-    def _tally(self, micro: MicroCluster, scenario_id: str, facts: EpisodeFacts) -> None:
-        micro.scenarios[scenario_id] += 1
-        micro.models[facts.model_id] += 1
-        micro.types.update(facts.failure_types)
-        if facts.root_type is not None:
-            micro.roots[facts.root_type] += 1
-        for name, value in facts.site:
-            micro.site_sum[name] += value
-            micro.site_n[name] += 1
-        self._trim(micro)
-
     def _store(self, episode_id: str, x: np.ndarray) -> None:
         row = len(self._row)
         if row == self._x.shape[0]:
             self._x = np.vstack([self._x, np.zeros_like(self._x)])
         self._x[row] = x
         self._row[episode_id] = row
-
-    def _fade(self, micro: MicroCluster, now: int) -> None:
-        hl = self.config.half_life_updates
-        if hl is not None and now > micro.updated:
-            factor = 0.5 ** ((now - micro.updated) / hl)
-            micro.weight *= factor
-            micro.ls *= factor
-            micro.ss *= factor
-        micro.updated = now
-
-    def _trim(self, micro: MicroCluster) -> None:
-        keep = max(4 * self.config.top_scenarios, 20)
-        if len(micro.scenarios) > 2 * keep:
-            micro.scenarios = Counter(dict(micro.scenarios.most_common(keep)))
-
-    def _set_centre(self, row: int, centre: np.ndarray) -> None:
-        n = len(self._order)
-        self._c[row] = centre
-        d = ((self._c[:n] - centre) ** 2).sum(axis=1)
-        d[row] = np.inf
-        self._d2[row, :n] = d
-        self._d2[:n, row] = d
-
-    def _merge_closest(self, now: int) -> None:
-        n = len(self._order)
-        i, j = divmod(int(np.argmin(self._d2[:n, :n])), n)
-        a, b = self.micro[self._order[i]], self.micro[self._order[j]]
-        self._fade(a, now)
-        self._fade(b, now)
-        keep, gone = (a, b) if a.count >= b.count else (b, a)
-        keep.count += gone.count
-        keep.weight += gone.weight
-        keep.ls += gone.ls
-        keep.ss += gone.ss
-        for name in ("scenarios", "models", "types", "roots", "site_sum", "site_n"):
-            getattr(keep, name).update(getattr(gone, name))
-        for label, episodes in gone.members.items():
-            keep.members.setdefault(label, []).extend(episodes)
-            for e in episodes:
-                self._member[e] = keep.id
-        self._trim(keep)
-        self._alias[gone.id] = keep.id
-        del self.micro[gone.id]
-        gone_row, keep_row, last = self._order.index(gone.id), self._order.index(keep.id), n - 1
-        if gone_row != last:  # the last row takes the gone one's place
-            self._order[gone_row] = self._order[last]
-            self._c[gone_row] = self._c[last]
-            self._d2[gone_row, :n] = self._d2[last, :n]
-            self._d2[:n, gone_row] = self._d2[:n, last]
-            self._d2[gone_row, gone_row] = np.inf
-            keep_row = gone_row if keep_row == last else keep_row
-        self._order.pop()
-        self._d2[last, :n] = np.inf
-        self._d2[:n, last] = np.inf
-        self._set_centre(keep_row, keep.centre)
-
-    def _resolve(self, micro_id: int) -> int:
-        while micro_id in self._alias:
-            micro_id = self._alias[micro_id]
-        return micro_id
 
     # -- macro part -------------------------------------------------------------------------
 
@@ -437,17 +317,6 @@ class OnlineFailureClusterer:
             micro.members = {target: regrouped}
         return events
 
-    def _faded(self, ids: list[int], now: int) -> tuple[np.ndarray, np.ndarray]:
-        """Micro-cluster weights and linear sums faded to ``now``, without touching the micro-clusters."""
-        weights = np.array([self.micro[m].weight for m in ids])
-        sums = np.vstack([self.micro[m].ls for m in ids])
-        hl = self.config.half_life_updates
-        if hl is not None:
-            factor = np.array([0.5 ** ((now - self.micro[m].updated) / hl) for m in ids])
-            weights = weights * factor
-            sums = sums * factor[:, None]
-        return weights, sums
-
     def _nearest(self, members: frozenset[int], centroid: np.ndarray, row: dict[int, int]) -> MicroCluster:
         return min((self.micro[m] for m in members),
                    key=lambda m: (float(norm(self._c[row[m.id]] - centroid)), -m.count, m.id))
@@ -507,55 +376,6 @@ class OnlineFailureClusterer:
     def stats(self, cluster: MacroCluster) -> ClusterStats:
         return ClusterStats(cluster.id, cluster.size, cluster.centroid, cluster.representative_episode_id,
                             cluster.representative_scenario_id, cluster.top_scenarios)
-
-    # -- events -----------------------------------------------------------------------------
-
-    def _event(self, event_type: str, revision: int, event_time: datetime | None, **fields) -> dict:
-        position = self.position
-        self.position += 1
-        return make_event(event_type, (self.config.namespace, position), self.producer, self.run_id,
-                          event_time=event_time, position=position, revision=revision,
-                          clusterer_version=CLUSTERER_VERSION, **fields)
-
-    def _assigned_event(self, episode_id: str, scenario_id: str | None, model_id: str | None, x: np.ndarray,
-                        label: str, micro: MicroCluster, intake: bool, cluster: MacroCluster | None = None) -> dict:
-        cluster = cluster or self.clusters.get(label)
-        centre = cluster.centroid if cluster is not None else micro.centre
-        if scenario_id is None:  # a re-assignment: what the intake said
-            scenario_id, model_id = self._facts[episode_id]
-        return self._event("ClusterAssigned", self.revision, self._latest_time,
-                           cluster_id=label, episode_id=episode_id, scenario_id=scenario_id,
-                           distance=float(norm(x - centre)), embedding=x.tolist() if intake else [],
-                           model_id=model_id, intake=intake)
-
-    def _updated_event(self, cluster: MacroCluster, summary: str, source: str) -> dict:
-        return self._event("ClusterUpdated", cluster.revision, cluster.event_time, **self._cluster_fields(cluster),
-                           size=cluster.size, summary=summary, summary_source=source)
-
-    def _cluster_fields(self, cluster: MacroCluster) -> dict:
-        return dict(cluster_id=cluster.id, centroid=cluster.centroid.tolist(),
-                    representative_episode_id=cluster.representative_episode_id,
-                    representative_scenario_id=cluster.representative_scenario_id,
-                    dominant_failure_type=cluster.dominant, failure_types=cluster.failure_types,
-                    root_types=cluster.root_types, model_counts=cluster.model_counts,
-                    scenario_counts=dict(cluster.top_scenarios), site=cluster.site,
-                    representative_scenario=cluster.representative_scenario or EMPTY_SCENARIO)
-
-    def _retired_event(self, cluster: MacroCluster, where: str) -> dict:
-        return self._event("ClusterUpdated", self.revision, self._latest_time, **self._cluster_fields(cluster),
-                           size=0, summary=f"retired at revision {self.revision}: {where}", summary_source="features")
-
-    def summary_event(self, cluster_id: str, revision: int, summary: str) -> dict | None:
-        """The ClusterUpdated (summary_source "llm") carrying ``summary`` for the cluster at
-        ``revision``, at the next position; None when the cluster has changed since."""
-        cluster = self.clusters.get(cluster_id)
-        if cluster is None or cluster.revision != revision:
-            return None
-        return self._updated_event(cluster, summary, "llm")
-
-    def skip_position(self) -> None:
-        """A restore met a recorded event it does not re-derive (a language-model summary)."""
-        self.position += 1
 
     # -- queries ----------------------------------------------------------------------------
 

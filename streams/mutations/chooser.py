@@ -44,13 +44,13 @@ from schemas.libero_scenario import LiberoScenario
 from schemas.scenario import ScenarioSpec
 from streams.mutations.exceptions import CompositionError, OperatorError, SeedError
 from streams.mutations.libero_operators import LiberoChooserConfig, libero_family
+from streams.mutations.operator_config import OperatorConfig
 from streams.mutations.operators import (
     MAX_ACTIVE_PER_FACTOR,
     OPERATOR_FACTORS,
     OPERATORS,
     Candidate,
     FailureSeed,
-    OperatorConfig,
     OperatorFamily,
     rng_for,
 )

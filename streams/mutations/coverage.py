@@ -42,7 +42,8 @@ from schemas.scenario import (
 )
 from streams.mutations.chooser import Generated, Skipped
 from streams.mutations.exceptions import OperatorError
-from streams.mutations.operators import _TEMPLATES, Candidate, _placement_centre, _r, _s, _task_kind
+from streams.mutations.operators import Candidate, _placement_centre, _r, _s
+from streams.mutations.paraphrasers import _TEMPLATES, _task_kind
 
 GENERATOR = "coverage"
 PLACEMENT_HALF_WIDTH_M = 0.01

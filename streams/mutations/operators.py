@@ -47,7 +47,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +69,7 @@ from schemas.scenario import (
     ScenarioSpec,
 )
 from streams.mutations.exceptions import OperatorError, SeedError
+from streams.mutations.operator_config import OperatorConfig
 
 MUTATOR_VERSION = "1"
 ROUND_DIGITS = 4  # 0.1 mm, 0.1 g, 1e-4 of a friction coefficient
@@ -238,124 +239,6 @@ class Candidate:
                 "operator": self.operator, "params": dict(self.params), "source_cluster_id": self.source_cluster_id,
                 "scenario": self.spec.to_dict(), "mutator_version": MUTATOR_VERSION, "factor": self.factor,
                 "generator": self.generator}
-
-
-# -- paraphrasers -------------------------------------------------------------------------------
-
-class Paraphraser(Protocol):
-    def paraphrase(self, spec: ScenarioSpec, rng: np.random.Generator) -> tuple[str, dict[str, str]]:
-        """(new instruction, params saying how it was made)."""
-
-
-_TEMPLATES = {
-    "lift": ("pick up the cube", "lift the cube off the table", "grasp the cube and raise it",
-             "raise the block above the table", "take hold of the cube and lift it up"),
-    "hold": ("lift the cube and hold it up", "pick up the cube and keep it in the air",
-             "raise the cube and hold it steady"),
-    "place": ("pick up the cube and put it down at the marked spot", "lift the cube and place it at the target",
-              "move the cube to the target spot on the table"),
-    "Stack": ("stack the red cube on the green cube", "put the red block on top of the green one",
-              "place the red cube onto the green cube"),
-    "PickPlaceCan": ("put the can in its bin", "move the can into the other bin",
-                     "pick up the can and drop it in its bin"),
-}
-
-
-def _task_kind(spec: ScenarioSpec) -> str:
-    if spec.env_name != "Lift":
-        return spec.env_name
-    if spec.place_target_xy is not None:
-        return "place"
-    return "hold" if spec.success_hold_steps else "lift"
-
-
-class TemplateParaphraser:
-    """A template for the task, never the parent's own wording. Deterministic given the rng."""
-
-    def paraphrase(self, spec: ScenarioSpec, rng: np.random.Generator) -> tuple[str, dict[str, str]]:
-        kind = _task_kind(spec)
-        options = [t for t in _TEMPLATES[kind] if t != spec.instruction.strip().lower()]
-        i = int(rng.integers(len(options)))
-        return options[i], {"paraphraser": "template", "template": f"{kind}:{_TEMPLATES[kind].index(options[i])}"}
-
-
-@dataclass
-class LLMParaphraser:
-    """Paraphrases with an OpenAI-compatible chat model through an ``openai`` client (built at the
-    edge and passed in). A failed, empty, overlong or unchanged answer falls back to the template,
-    with ``llm_error`` saying why. Models are not deterministic: the candidate records the
-    requested and served model so a difference between runs can be traced."""
-
-    client: Any
-    model: str
-    timeout_s: float = 20.0
-    max_chars: int = 200
-    fallback: TemplateParaphraser = field(default_factory=TemplateParaphraser)
-
-    PROMPT = ("Rewrite this instruction for a robot arm in different words, keeping exactly its meaning. "
-              "Answer with the rewritten instruction only, one sentence, no quotes.")
-
-    def paraphrase(self, spec: ScenarioSpec, rng: np.random.Generator) -> tuple[str, dict[str, str]]:
-        try:
-            reply = self.client.chat.completions.create(
-                model=self.model, temperature=0, max_tokens=60, timeout=self.timeout_s,
-                messages=[{"role": "system", "content": self.PROMPT}, {"role": "user", "content": spec.instruction}])
-            choice = reply.choices[0]
-            text = (choice.message.content or "").strip().strip('"').strip()
-            error = None
-            if not text:
-                error = "empty answer"
-            elif len(text) > self.max_chars:
-                error = f"answer of {len(text)} characters (> {self.max_chars})"
-            elif text.lower() == spec.instruction.strip().lower():
-                error = "answer repeats the instruction"
-            if error is None:
-                return text, {"paraphraser": "llm", "model": self.model, "served_model": str(reply.model),
-                              "finish_reason": str(choice.finish_reason)}
-        except Exception as exc:  # any client failure is recorded, never raised into the mutator
-            error = f"{type(exc).__name__}: {exc}"
-        text, params = self.fallback.paraphrase(spec, rng)
-        return text, {**params, "llm_model": self.model, "llm_error": error[:200]}
-
-
-# -- operator configuration ---------------------------------------------------------------------
-
-@dataclass(frozen=True, kw_only=True)
-class OperatorConfig:
-    """Parameter ranges (lo, hi) of the operators: ``guided_*`` with a failure seed, ``blind_*``
-    without. Lengths in metres, masses in kg, horizons in control steps (20 Hz)."""
-
-    # pose: how much further out than the failures' start, how far the direction may turn from
-    # the line gripper start -> failures, the placement range's half width
-    guided_pose_push_m: tuple[float, float] = (0.1, 0.2)
-    guided_pose_spread_rad: float = 1.0
-    guided_placement_half_width_m: tuple[float, float] = (0.005, 0.02)
-    blind_placement_abs_m: float = 0.3
-    blind_placement_half_width_m: tuple[float, float] = (0.0, 0.05)
-    blind_pose_offset_abs_m: float = 0.15
-    # material: variant weights (friction, mass, colour), log-uniform friction, uniform mass
-    guided_material_weights: tuple[float, float, float] = (0.5, 0.4, 0.1)
-    # (the oracle lifts the cube at friction 0.02 on 24/24 seeds and at 0.018 on none: a cliff)
-    guided_friction: tuple[float, float] = (0.021, 0.04)
-    guided_mass_kg: tuple[float, float] = (4.5, 6.5)
-    blind_friction: tuple[float, float] = (0.005, 2.0)
-    blind_mass_kg: tuple[float, float] = (0.02, 15.0)
-    # distractor: size (half-size / radius), clearance beyond the two footprints
-    guided_distractor_size_m: tuple[float, float] = (0.015, 0.03)
-    guided_distractor_clearance_m: tuple[float, float] = (0.005, 0.03)
-    blind_distractor_size_m: tuple[float, float] = (0.005, 0.08)
-    blind_distractor_abs_m: float = 0.3
-    # horizon extension: hold steps; place target distance from the object's start
-    guided_hold_steps: tuple[int, int] = (40, 120)
-    blind_hold_steps: tuple[int, int] = (1, 400)
-    guided_place_distance_m: tuple[float, float] = (0.1, 0.2)
-    blind_place_abs_m: float = 0.35
-    # time budget: fraction of the parent's horizon, and a floor (the oracle needs 45-60 steps
-    # to lift on base Lift, see the calibration)
-    guided_time_fraction: tuple[float, float] = (0.3, 0.45)
-    blind_time_fraction: tuple[float, float] = (0.1, 0.9)
-    min_time_budget_steps: int = 60
-    paraphraser: Paraphraser = field(default_factory=TemplateParaphraser)
 
 
 def _uniform(rng: np.random.Generator, lo_hi: tuple[float, float]) -> float:

@@ -10,15 +10,9 @@ import pytest
 
 from schemas.scenario import OBJECT_GEOM_PRIORITY, Distractor, ScenarioSpec
 from streams.mutations.exceptions import OperatorError, SeedError
-from streams.mutations.operators import (
-    FACTORS,
-    OPERATORS,
-    FailureSeed,
-    LLMParaphraser,
-    OperatorConfig,
-    TemplateParaphraser,
-    rng_for,
-)
+from streams.mutations.operator_config import OperatorConfig
+from streams.mutations.operators import FACTORS, OPERATORS, FailureSeed, rng_for
+from streams.mutations.paraphrasers import LLMParaphraser, TemplateParaphraser
 
 BASE = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube")
 
