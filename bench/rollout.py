@@ -51,7 +51,8 @@ from infra.embedded_broker import TansuBroker  # noqa: E402
 from infra.kafka_clients import ensure_topics, make_producer, producer_config  # noqa: E402
 from producers.keyframes import KeyframeStore  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
-from producers.recorder import SIGNAL_FIELDS, EpisodeIdentity, EpisodeRecorder  # noqa: E402
+from producers.recorder import EpisodeIdentity, EpisodeRecorder  # noqa: E402
+from producers.recording_signals import SIGNAL_FIELDS  # noqa: E402
 from producers.rollout_worker import RolloutPool, rollout_request, simulate_seeds  # noqa: E402
 from producers.sim.envs import make_env  # noqa: E402
 from producers.sim.policies import make_policy  # noqa: E402

@@ -39,12 +39,10 @@ target.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import tempfile
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,21 +53,20 @@ import numpy as np  # noqa: E402
 
 from producers import robosuite_arithmetic  # noqa: E402
 from producers.fixed_order import dot, norm  # noqa: E402
+from producers.libero.bddl import distractor_bddl  # noqa: E402
 from producers.libero.exceptions import LiberoEnvError, LiberoSetupMissing  # noqa: E402
+from producers.libero.model_edits import ModelEdits  # noqa: E402
+from producers.libero.model_index import ModelIndex  # noqa: E402
 from producers.libero.tasks import TaskCatalog, TaskInfo  # noqa: E402
-from producers.step_signals import OBJECT_GROUP, StepSignals  # noqa: E402
 from producers.step_signals import SIGNAL_KEYS as SIGNAL_KEYS  # noqa: E402 (re-exported: the keys of signals())
 from schemas.exceptions import LiberoScenarioError  # noqa: E402
-from schemas.libero_scenario import TARGET, LiberoScenario, parse_perturbation  # noqa: E402
+from schemas.libero_scenario import LiberoScenario, parse_perturbation  # noqa: E402
 
 CONTROL_FREQ_HZ = 20
 ACTION_DIM = 7
 # openpi's LIBERO example: wait this many steps with the gripper open after setting the init state.
 SETTLE_STEPS = 10
 LIBERO_DUMMY_ACTION = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)
-# Geom priority given to an object whose friction is set (MuJoCo takes the max of two geoms'
-# frictions unless one has a higher priority; the finger pads have friction 1-2).
-OBJECT_GEOM_PRIORITY = 2
 # Where `sepa-eval libero setup` writes LIBERO's config.yaml inside the venv (LiberoVenv.config_dir).
 VENV_CONFIG_DIR = "libero-config"
 # LIBERO's On(obj, other) holds when obj's centre is within this of other's, horizontally.
@@ -77,11 +74,6 @@ ON_XY_TOLERANCE_M = 0.03
 # LIBERO's in_box lowers a region's floor by this much.
 IN_BOX_FLOOR_SLACK_M = 0.01
 KEYFRAME_CAMERA = "agentview"
-# Distractor instances are named <category>_<n> (LIBERO's naming; its parser needs the suffix),
-# numbered from here so they never clash with a task's own instances.
-DISTRACTOR_INDEX_BASE = 91
-DISTRACTOR_PARK_XY = (0.42, -0.42)
-DISTRACTOR_PARK_STEP_M = 0.14
 WRIST_CAMERA = "robot0_eye_in_hand"
 
 # SIGNAL_KEYS and the contact groups are producers/step_signals.py's, shared with robosuite ("table"
@@ -127,92 +119,7 @@ def simulator_versions() -> str:
     return f"libero {version('libero')}, robosuite {version('robosuite')}, mujoco {mujoco.__version__}"
 
 
-def _qmul_wxyz(a, b) -> np.ndarray:
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return np.array([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw])
-
-
-def _zrot_wxyz(angle: float) -> np.ndarray:
-    return np.array([math.cos(angle / 2), 0.0, 0.0, math.sin(angle / 2)])
-
-
-def _xrot_wxyz(angle: float) -> np.ndarray:
-    return np.array([math.cos(angle / 2), math.sin(angle / 2), 0.0, 0.0])
-
-
-@dataclass(frozen=True)
-class _Obj:
-    name: str
-    body: int
-    qpos: int  # free joint: qpos[adr:adr+3] position, [adr+3:adr+7] wxyz; -1: a fixture (no free joint)
-    qvel: int
-
-
-def _section_span(text: str, head: str) -> tuple[int, int]:
-    """[start, end) of the parenthesised BDDL section that opens with ``head`` (e.g. "(:objects")."""
-    start = text.find(head)
-    if start < 0:
-        raise LiberoScenarioError(f"the task's BDDL has no {head} section")
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            return start, i + 1
-    raise LiberoScenarioError(f"the task's BDDL {head} section is not closed")
-
-
-def park_xy(index: int) -> tuple[float, float]:
-    """Where distractor ``index`` is placed when the scene is sampled (workspace frame, m): a corner
-    no task region uses, so LIBERO's rejection sampler always finds room; reset() then moves it to
-    its scenario position (the stored init states fix every other object anyway)."""
-    return DISTRACTOR_PARK_XY[0], DISTRACTOR_PARK_XY[1] + DISTRACTOR_PARK_STEP_M * index
-
-
-def distractor_bddl(text: str, objects: dict[str, str], categories: list[str]) -> str:
-    """The task's BDDL with one movable object per category added, each resting in a 2 mm region
-    at its park_xy() of the task's workspace (the target of its first region). ``objects`` is the
-    task's instance -> category map; the objects section is rewritten one line per category
-    (LIBERO's parser keeps only the last line of a category)."""
-    import re
-
-    target = re.search(r"\(:target\s+([A-Za-z0-9_]+)\)", text)
-    if target is None:
-        raise LiberoScenarioError("the task's BDDL has no region to place distractors relative to")
-    workspace = target.group(1)
-    regions, inits = [], []
-    by_category: dict[str, list[str]] = {}
-    for name, category in objects.items():
-        by_category.setdefault(category, []).append(name)
-    for i, category in enumerate(categories):
-        x, y = park_xy(i)
-        region = f"sepa_distractor_{i}_region"
-        regions.append(f"      ({region}\n          (:target {workspace})\n          (:ranges (\n"
-                       f"              ({x - 0.001!r} {y - 0.001!r} {x + 0.001!r} {y + 0.001!r})\n"
-                       f"            )\n          )\n      )\n")
-        by_category.setdefault(category, []).append(distractor_name(category, i))
-        inits.append(f"    (On {distractor_name(category, i)} {workspace}_{region})\n")
-    start, end = _section_span(text, "(:objects")
-    lines = "".join(f"    {' '.join(names)} - {category}\n" for category, names in by_category.items())
-    text = text[:start] + "(:objects\n" + lines + "  )" + text[end:]
-
-    def insert_after(section: str, body: str, src: str) -> str:
-        at = src.find(section)
-        if at < 0:
-            raise LiberoScenarioError(f"the task's BDDL has no {section} section")
-        line_end = src.find("\n", at) + 1
-        return src[:line_end] + body + src[line_end:]
-
-    text = insert_after("(:regions", "".join(regions), text)
-    return insert_after("(:init", "".join(inits), text)
-
-
-def distractor_name(category: str, index: int) -> str:
-    return f"{category}_{DISTRACTOR_INDEX_BASE + index}"
-
-
-class LiberoEnv:
+class LiberoEnv(ModelIndex, ModelEdits):
     """One LIBERO task environment for one scenario; reset it for each episode.
 
     Attributes: ``spec``, ``info`` (TaskInfo), ``steps``, ``target`` (target object name),
@@ -267,219 +174,6 @@ class LiberoEnv:
     @property
     def action_dim(self) -> int:
         return ACTION_DIM
-
-    def _distractor_specs(self, object_dict: dict) -> list[tuple[str, float, float, float]]:
-        cats: dict[str, dict[str, float]] = {}
-        for p, v in self._perturb.items():
-            if p.axis == "distractor":
-                cats.setdefault(p.subject, {})[p.parameter] = v
-        out = []
-        for category in sorted(cats):
-            if category not in object_dict:
-                raise LiberoScenarioError(f"distractor {category!r} is not a LIBERO object category; known ones "
-                                          f"include {sorted(object_dict)[:12]}...")
-            c = cats[category]
-            out.append((category, c["x_m"], c["y_m"], c.get("yaw_rad", 0.0)))
-        return out
-
-    def _free_object(self, name: str, root_body: str) -> _Obj:
-        m = self.model
-        body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, root_body)
-        jnt = int(m.body_jntadr[body])
-        if body < 0 or jnt < 0 or m.jnt_type[jnt] != mujoco.mjtJoint.mjJNT_FREE:
-            raise LiberoEnvError(f"object {name!r} of {self.spec.task} has no free joint")
-        return _Obj(name, body, int(m.jnt_qposadr[jnt]), int(m.jnt_dofadr[jnt]))
-
-    def _fixture(self, name: str) -> _Obj:
-        """The fixture a goal names directly or through one of its regions (no free joint)."""
-        raw = self.raw
-        site = raw.object_sites_dict.get(name)
-        owner = getattr(site, "parent_name", None) if site is not None else name
-        if owner not in raw.obj_body_id:
-            raise LiberoEnvError(f"the goal's target {name!r} of {self.spec.task} is neither an object nor a "
-                                 f"fixture's region")
-        return _Obj(owner, int(raw.obj_body_id[owner]), -1, -1)
-
-    def _index_model(self) -> None:
-        raw, m = self.raw, self.model
-        info = self.info
-        self.target = info.target
-        movable = list(raw.objects_dict)
-        distractor_names = [distractor_name(c, i) for i, (c, *_rest) in enumerate(self._distractors)]
-        task_objects = [n for n in movable if n not in distractor_names]
-        if self.target in movable:
-            first = self._free_object(self.target, raw.objects_dict[self.target].root_body)
-        else:  # an articulated goal (open a drawer, turn on a stove): the fixture that holds it
-            first = self._fixture(self.target)
-            self.target = first.name
-        interest = [n for n in info.obj_of_interest if n in task_objects and n != self.target]
-        order = [*interest, *[n for n in task_objects if n != self.target and n not in interest], *distractor_names]
-        self._objs = [first, *[self._free_object(n, raw.objects_dict[n].root_body) for n in order]]
-        order = [first.name, *order]
-        self._by_name = {o.name: o for o in self._objs}
-        self.object_names = tuple(order)
-        robot = raw.robots[0]
-        self._eef_site = int(robot.eef_site_id)
-        # contact groups: every body that is neither robot nor object is the table (world, floor,
-        # tables and fixtures)
-        self._signals = StepSignals(m, gripper=robot.gripper, robot_root_body=robot.robot_model.root_body,
-                                    eef_site=self._eef_site,
-                                    arm_qpos=np.array(robot._ref_joint_pos_indexes, dtype=int),
-                                    arm_actuators=np.array(robot._ref_joint_actuator_indexes, dtype=int),
-                                    objects=[(o.name, o.body) for o in self._objs], table=np.ones(m.nbody, dtype=bool),
-                                    target=first.name)
-        self._group_names = self._signals.group_names
-        self._geom_group = self._signals.geom_group
-        self._obj_geoms = {o.name: np.flatnonzero(self._geom_group == OBJECT_GROUP + i)
-                           for i, o in enumerate(self._objs)}
-        self._obj_bodies = {o.name: np.flatnonzero(m.body_rootid == o.body) for o in self._objs}
-        # the goal
-        goal = info.goal[0] if info.goal else ()
-        self._goal_kind, self._goal_site, self._goal_other = "other", None, None
-        site_half = self._site_half(goal[2]) if len(goal) == 3 and goal[2] in raw.object_sites_dict else None
-        if goal[:1] in (("in",), ("on",)) and site_half is not None:
-            # In a region, or On a region (a stove's cook region): the region's box
-            self._goal_kind, self._goal_site = "in", goal[2]
-            self._goal_site_id = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, goal[2])
-            self._goal_half = site_half
-        elif len(goal) == 3 and goal[0] == "on" and goal[2] in raw.obj_body_id:
-            self._goal_kind, self._goal_other = "on", int(raw.obj_body_id[goal[2]])
-
-    def _site_half(self, name: str) -> np.ndarray | None:
-        """Half extents (3) of a LIBERO region site, or None when it has no box size."""
-        size = getattr(self.raw.object_sites_dict[name], "size", None)
-        if isinstance(size, str):
-            size = size.split()
-        try:
-            half = np.abs(np.asarray(size, dtype=float)).ravel()
-        except (TypeError, ValueError):
-            return None
-        if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, name) < 0:
-            return None
-        return half if half.shape == (3,) else None
-
-    def _save_model_defaults(self) -> None:
-        m = self.model
-        self._orig = {"geom_friction": m.geom_friction.copy(), "geom_priority": m.geom_priority.copy(),
-                      "body_mass": m.body_mass.copy(), "body_inertia": m.body_inertia.copy(),
-                      "mat_rgba": m.mat_rgba.copy(), "geom_rgba": m.geom_rgba.copy(), "cam_pos": m.cam_pos.copy(),
-                      "cam_quat": m.cam_quat.copy(), "light_pos": m.light_pos.copy(),
-                      "light_diffuse": m.light_diffuse.copy(), "light_ambient": m.light_ambient.copy()}
-        # full-state mapping: the stored init states do not know the distractors' joints
-        self._state_map: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        if self._distractors:
-            distractor_bodies = {self._by_name[distractor_name(c, i)].body for i, (c, *_r) in
-                                 enumerate(self._distractors)}
-            new_q, new_v = [], []
-            for j in range(m.njnt):
-                if int(m.body_rootid[m.jnt_bodyid[j]]) in distractor_bodies:
-                    continue
-                nq = 7 if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE else 4 if m.jnt_type[j] == 1 else 1
-                nv = 6 if nq == 7 else 3 if nq == 4 else 1
-                new_q.extend(range(int(m.jnt_qposadr[j]), int(m.jnt_qposadr[j]) + nq))
-                new_v.extend(range(int(m.jnt_dofadr[j]), int(m.jnt_dofadr[j]) + nv))
-            width = self._init_states.shape[1]
-            if 1 + len(new_q) + len(new_v) != width:
-                raise LiberoEnvError(f"{self.spec.task}: init states of width {width} do not map onto the model "
-                                     f"with distractors ({len(new_q)} qpos, {len(new_v)} qvel)")
-            self._state_map = (np.array(new_q), np.arange(len(new_q)), np.array(new_v),
-                               np.arange(len(new_v)) + len(new_q))
-
-    def _obj_for(self, subject: str) -> _Obj:
-        name = self.target if subject == TARGET else subject
-        if name not in self._by_name:
-            raise LiberoScenarioError(f"scenario {self.spec.scenario_id}: {subject!r} is not an object of "
-                                      f"{self.spec.task} (objects: {list(self.object_names)})")
-        return self._by_name[name]
-
-    def _restore_model(self) -> None:
-        """The compiled model as built: every field a perturbation edits back at its default."""
-        m, o = self.model, self._orig
-        m.geom_friction[:] = o["geom_friction"]
-        m.geom_priority[:] = o["geom_priority"]
-        changed_mass = not np.array_equal(m.body_mass, o["body_mass"])
-        m.body_mass[:] = o["body_mass"]
-        m.body_inertia[:] = o["body_inertia"]
-        if changed_mass:
-            mujoco.mj_setConst(m, mujoco.MjData(m))
-        m.mat_rgba[:] = o["mat_rgba"]
-        m.geom_rgba[:] = o["geom_rgba"]
-        m.cam_pos[:], m.cam_quat[:] = o["cam_pos"], o["cam_quat"]
-        m.light_pos[:], m.light_diffuse[:], m.light_ambient[:] = o["light_pos"], o["light_diffuse"], o["light_ambient"]
-
-    def _apply_model_edits(self, friction: bool = True) -> None:
-        """Materials, mass, cameras and lights from the perturbations, set on the compiled model
-        from its saved defaults (idempotent). ``friction=False`` leaves the frictions (and geom
-        priorities) at their defaults: reset() sets them after the settle steps, because LIBERO's
-        stored init states sink objects ~2 cm into the floor, and with the object's own contact
-        parameters (what a higher geom priority selects) the solver throws them out violently."""
-        m, o = self.model, self._orig
-        self._restore_model()
-        mass_changed = False
-        for p, v in self._perturb.items():
-            if p.axis == "material":
-                obj = self._obj_for(p.subject)
-                geoms = self._obj_geoms[obj.name]
-                if p.parameter == "friction":
-                    if not friction:
-                        continue
-                    collide = geoms[(m.geom_contype[geoms] != 0) | (m.geom_conaffinity[geoms] != 0)]
-                    m.geom_friction[collide, 0] = v
-                    m.geom_priority[collide] = OBJECT_GEOM_PRIORITY
-                elif p.parameter == "mass_scale":
-                    bodies = self._obj_bodies[obj.name]
-                    m.body_mass[bodies] = o["body_mass"][bodies] * v
-                    m.body_inertia[bodies] = o["body_inertia"][bodies] * v
-                    mass_changed = True
-                else:
-                    channel = "rgb".index(p.parameter[-1])
-                    mats = sorted({int(g) for g in m.geom_matid[geoms] if g >= 0})
-                    if mats:
-                        m.mat_rgba[mats, channel] = o["mat_rgba"][mats, channel] * v
-                    m.geom_rgba[geoms, channel] = o["geom_rgba"][geoms, channel] * v
-            elif p.axis == "camera":
-                cam = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, p.subject)
-                if cam < 0:
-                    raise LiberoScenarioError(f"{self.spec.task} has no camera {p.subject!r}")
-                if p.parameter.startswith("d"):
-                    m.cam_pos[cam, "xyz".index(p.parameter[1])] += v
-                elif p.parameter == "yaw_rad":
-                    m.cam_quat[cam] = _qmul_wxyz(_zrot_wxyz(v), m.cam_quat[cam])
-                else:
-                    m.cam_quat[cam] = _qmul_wxyz(m.cam_quat[cam], _xrot_wxyz(v))
-            elif p.axis == "light":
-                if p.parameter == "diffuse_scale":
-                    m.light_diffuse[:] = o["light_diffuse"] * v
-                elif p.parameter == "ambient":
-                    m.light_ambient[:] = np.clip(o["light_ambient"] + v, 0.0, 1.0)
-                else:
-                    m.light_pos[:, "xyz".index(p.parameter[1])] += v
-        if mass_changed:
-            mujoco.mj_setConst(m, mujoco.MjData(m))
-
-    def _apply_layout(self) -> None:
-        d = self.data
-        for p, v in self._perturb.items():
-            if p.axis != "layout":
-                continue
-            obj = self._obj_for(p.subject)
-            if obj.qpos < 0:
-                raise LiberoScenarioError(f"scenario {self.spec.scenario_id}: {obj.name} is a fixture; layout "
-                                          f"perturbations move movable objects only")
-            if p.parameter == "dx_m":
-                d.qpos[obj.qpos] += v
-            elif p.parameter == "dy_m":
-                d.qpos[obj.qpos + 1] += v
-            else:
-                q = d.qpos[obj.qpos + 3:obj.qpos + 7]
-                q[:] = _qmul_wxyz(_zrot_wxyz(v), q)
-        for i, (category, x, y, yaw) in enumerate(self._distractors):
-            obj = self._by_name[distractor_name(category, i)]
-            px, py = park_xy(i)
-            d.qpos[obj.qpos] += x - px
-            d.qpos[obj.qpos + 1] += y - py
-            q = d.qpos[obj.qpos + 3:obj.qpos + 7]
-            q[:] = _qmul_wxyz(_zrot_wxyz(yaw), q)
 
     # -- episode ------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from producers.exceptions import EpisodeConflict, SignalError
-from producers.recorder import SIGNAL_FIELDS, EpisodeIdentity, EpisodeRecorder, simulator_versions, task_scenario
+from producers.recorder import EpisodeIdentity, EpisodeRecorder, simulator_versions, task_scenario
+from producers.recording_signals import SIGNAL_FIELDS
 from schemas.codec import Codec
 
 SIGNALS = {"eef_pos": [0.1, 0.2, 0.3], "eef_quat": [0.0, 0.0, 0.0, 1.0], "gripper_opening": 0.08,
