@@ -22,6 +22,8 @@ from consumers.state import online as q
 from infra.exceptions import ReviewRefused
 from infra.waits import Check, poll_until, quote_ids
 from schemas.events import make_event
+from schemas.exceptions import InvalidEvidence
+from schemas.verdict_evidence import RobustnessEvidence
 
 REVIEW_PRODUCER = "review"
 ROBUSTNESS = "robustness"  # the critic whose checks a reviewer weighs
@@ -39,16 +41,21 @@ class AwaitingReview:
 
     @property
     def checks(self) -> dict:
-        """The robustness verdict's checks (from its evidence), else those the gate recorded."""
-        for text in (self.robustness.evidence_json if self.robustness else "", self.review.checks_json):
+        """The robustness verdict's checks, read through its typed evidence; else (no verdict, or
+        evidence the gate could not use either) the checks the gate recorded with the review."""
+        if self.robustness is not None:
             try:
-                value = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                continue
-            checks = value.get("checks", value.get(ROBUSTNESS)) if isinstance(value, dict) else None
-            if isinstance(checks, dict) and checks:
-                return checks
-        return {}
+                evidence = RobustnessEvidence.from_json(self.robustness.evidence_json, verdict=self.robustness.event_id)
+            except InvalidEvidence:
+                evidence = None  # the gate deferred on it and said why; the review holds what it recorded
+            if evidence is not None and evidence.checks:
+                return {name: dict(check) for name, check in evidence.checks.items()}
+        try:
+            recorded = json.loads(self.review.checks_json) if self.review.checks_json else {}
+        except json.JSONDecodeError:
+            return {}
+        checks = recorded.get(ROBUSTNESS) if isinstance(recorded, dict) else None
+        return checks if isinstance(checks, dict) else {}
 
 
 def awaiting_review(store: EvidenceStore) -> list[AwaitingReview]:

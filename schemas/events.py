@@ -1,8 +1,9 @@
 """Building events: envelopes, stable event ids, timestamps.
 
-An event is a plain dict shaped by its Avro schema (``envelope`` first). Event ids come from the
-event's natural key, so the same fact produced twice (a retry, a replay, a re-run with the same
-seed) carries the same id and the evidence log counts it once.
+An event is built as a plain dict shaped by its Avro schema (``envelope`` first), which the codec
+checks on encode; consumers that act on it read it as its typed record (schemas/typed.py). Event
+ids come from the event's natural key, so the same fact produced twice (a retry, a replay, a re-run
+with the same seed) carries the same id and the evidence log counts it once.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
     intake = Intake(Codec(), consumer="failure-detector", run_id="streams")
     event, dead = intake.decode(raw)          # exactly one of them is None
+    record, dead = intake.admit_record(raw)   # the typed record (schemas/records.py), or the dead letter
     dead = intake.dead_letter(raw, reason)    # for an event decoded fine but refused later
 
 A message is refused when it is not a framed Avro event of its topic's event types (the reason
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from schemas.catalog import Topic, topic_for
 from schemas.codec import Codec, require_finite
 from schemas.events import dead_letter as dead_letter_event
-from schemas.exceptions import SchemaError
+from schemas.exceptions import InvalidEvent, SchemaError
+from schemas.typed import to_record
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,18 @@ class Intake:
             return event, None
         log.warning("dead-lettering %s[%s]@%s: %s", raw.topic, raw.partition, raw.offset, dead["reason"])
         return None, self.encode_dead(dead)
+
+    def admit_record(self, raw: RawMessage) -> tuple[Any, Outgoing | None]:
+        """admit() with the event as its typed, frozen record (schemas/typed.py): what the control
+        processors (gate, sweeper, mutator) read. The failure detector stays on admit()'s dicts: it
+        reads one Step per control step, and fastavro's decode is the check that path needs."""
+        event, dead = self.admit(raw)
+        if dead is not None:
+            return None, dead
+        try:
+            return to_record(event), None
+        except InvalidEvent as exc:
+            return None, self.refuse(raw, str(exc))
 
     def encode_dead(self, dead: dict) -> Outgoing:
         return Outgoing.of(dead, self.codec)

@@ -48,10 +48,12 @@ from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
 from producers.commits import Committer
 from producers.publisher import Publisher
+from schemas import records
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from schemas.events import dead_letter, make_event, stable_id
 from schemas.exceptions import SchemaError
+from schemas.typed import to_avro, to_record
 
 log = logging.getLogger(__name__)
 CONSUMER = "critics"
@@ -78,12 +80,16 @@ class CriticsConfig:
 
 @dataclass
 class _Pending:
-    event: dict
+    event: records.CandidateProposed | None  # None: a dead-lettered message, held for its offset
     partition: tuple[str, int]
     offset: int
     # requests this process published that the log does not show yet: request id -> ((scenario, model), seeds)
     unlanded: dict[str, tuple[tuple[str, str], tuple[int, ...]]] = field(default_factory=dict)
     done: bool = False
+
+    def __post_init__(self) -> None:
+        if self.event is not None:
+            self.event = to_record(self.event)  # checked once, where the candidate enters
 
 
 def borderline(decision, config: SequentialConfig) -> bool:
@@ -94,14 +100,15 @@ def borderline(decision, config: SequentialConfig) -> bool:
             and all(c.status == PASSED or c.p_value < config.alpha for c in decision.checks.values()))
 
 
-def validation_request(candidate: Mapping, scenario: Mapping, model_id: str, seeds: list[int], keyframe_every: int,
-                       run_id: str) -> dict:
+def validation_request(candidate: records.CandidateProposed | Mapping, scenario: Mapping, model_id: str,
+                       seeds: list[int], keyframe_every: int, run_id: str) -> dict:
     """The RolloutRequested for one arm of one look. Its id and time come from the candidate, so
     deriving it again after a restart gives the same event."""
-    request_id = "req-" + stable_id("validation", candidate["scenario_id"], scenario["scenario_id"], model_id,
+    candidate = to_record(candidate)
+    request_id = "req-" + stable_id("validation", candidate.scenario_id, scenario["scenario_id"], model_id,
                                     tuple(seeds))[:20]
     return make_event("RolloutRequested", (request_id,), CONSUMER, run_id,
-                      event_time=candidate["envelope"]["event_time"], request_id=request_id,
+                      event_time=candidate.envelope.event_time, request_id=request_id,
                       scenario_id=scenario["scenario_id"], scenario=dict(scenario), model_id=model_id, seeds=seeds,
                       purpose="validation", keyframe_every=keyframe_every)
 
@@ -152,7 +159,7 @@ class CriticsWorker:
 
     def _take(self, msg) -> None:
         try:
-            event = self.codec.decode(msg.value(), CANDIDATES)
+            event = to_record(self.codec.decode(msg.value(), CANDIDATES))
         except SchemaError as exc:
             _, ts = msg.timestamp()
             self.publisher.publish(dead_letter(CONSUMER, self.config.run_id, msg.topic(), msg.partition(),
@@ -160,8 +167,8 @@ class CriticsWorker:
             self.stats["dead_letters"] += 1
             event = None
         tp = (msg.topic(), msg.partition())
-        sid = event["scenario_id"] if event else f"~dead@{msg.partition()}:{msg.offset()}"
-        pending = _Pending(event or {}, tp, msg.offset(), done=event is None or event.get("generator") == "base")
+        sid = event.scenario_id if event else f"~dead@{msg.partition()}:{msg.offset()}"
+        pending = _Pending(event, tp, msg.offset(), done=event is None or event.generator == "base")
         if sid not in self.pending:
             self.pending[sid] = pending
             self.stats["candidates"] += 1
@@ -192,7 +199,7 @@ class CriticsWorker:
                 offsets.append(TopicPartition(tp[0], tp[1], upto))
                 for p in items:
                     if p.offset < upto:
-                        self.pending.pop(p.event.get("scenario_id", f"~dead@{tp[1]}:{p.offset}"), None)
+                        self.pending.pop(p.event.scenario_id if p.event else f"~dead@{tp[1]}:{p.offset}", None)
         if offsets:
             self.committer.commit(offsets)
 
@@ -213,7 +220,7 @@ class CriticsWorker:
     def advance(self, p: _Pending) -> bool:
         """One step of the critics for a candidate; True once every verdict it needs is published."""
         candidate = p.event
-        sid = candidate["scenario_id"]
+        sid = candidate.scenario_id
         have = {v.critic: v for v in q.verdicts(self.store, scenario_ids=[sid])}
         registered = self._served(q.models(self.store))
         oracles = [m.model_id for m in registered if m.kind == ORACLE_KIND]
@@ -239,7 +246,7 @@ class CriticsWorker:
 
     def _robustness(self, p: _Pending, oracle: str, ranked: list[str]):
         candidate = p.event
-        sid, parent_id = candidate["scenario_id"], candidate["parent_scenario_id"]
+        sid, parent_id = candidate.scenario_id, candidate.parent_scenario_id
         # What is in flight is read before what has ended: a seed whose episode ends in between is
         # then in flight and ended, never neither (which would ask for it again).
         flying = self._in_flight(p, [sid, parent_id], [oracle, *ranked])
@@ -290,8 +297,8 @@ class CriticsWorker:
         halfway is not asked for again (by this worker or by one restarted in its place), and the
         parent's seeds the sweep ran, or another candidate's control arm is running, are reused."""
         candidate = p.event
-        sid, parent_id = candidate["scenario_id"], candidate["parent_scenario_id"]
-        arms = [(candidate["scenario"], m, self.config.oracle_keyframe_every if m == oracle else 0)
+        sid, parent_id = candidate.scenario_id, candidate.parent_scenario_id
+        arms = [(to_avro(candidate.scenario), m, self.config.oracle_keyframe_every if m == oracle else 0)
                 for m in (oracle, *ranked)]
         if any((parent_id, m, s) not in outcome for m in ranked for s in range(upto)):
             parent = self._parent_spec(parent_id)
@@ -317,8 +324,8 @@ class CriticsWorker:
     def _parent_spec(self, parent_id: str) -> dict | None:
         return q.scenario_spec(self.store, parent_id)
 
-    def _oracle_episodes(self, candidate: dict, oracle: str) -> list:
-        sid = candidate["scenario_id"]
+    def _oracle_episodes(self, candidate: records.CandidateProposed, oracle: str) -> list:
+        sid = candidate.scenario_id
         return [t for t in q.trials(self.store, model_ids=[oracle], scenario_ids=[sid], seeds=q.SELECTION) if t.valid]
 
     def _safety(self, p: _Pending, oracle: str, ranked: list[str]) -> bool:
@@ -339,15 +346,15 @@ class CriticsWorker:
         else:
             won = [t for t in episodes if t.success]
             frames = q.episode_keyframes(self.store, won[0].episode_id) if won else []
-            verdict = self.judge.judge(candidate["scenario"]["instruction"], frames, evaluated)
+            verdict = self.judge.judge(candidate.scenario.instruction, frames, evaluated)
         self.publisher.publish(self._verdict(candidate, verdict.fields(), episodes))
         self.stats["verdicts"] += 1
 
-    def _verdict(self, candidate: dict, fields: dict, evidence_trials: list) -> dict:
+    def _verdict(self, candidate: records.CandidateProposed, fields: dict, evidence_trials: list) -> dict:
         times = [t.ended_at for t in evidence_trials if getattr(t, "ended_at", None) is not None]
-        at = max(times, default=candidate["envelope"]["event_time"])
-        return make_event("CriticVerdict", (candidate["scenario_id"], fields["critic"], fields["critic_version"]),
-                          CONSUMER, self.config.run_id, event_time=at, scenario_id=candidate["scenario_id"], **fields)
+        at = max(times, default=candidate.envelope.event_time)
+        return make_event("CriticVerdict", (candidate.scenario_id, fields["critic"], fields["critic_version"]),
+                          CONSUMER, self.config.run_id, event_time=at, scenario_id=candidate.scenario_id, **fields)
 
 
 @dataclass(frozen=True)

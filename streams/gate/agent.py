@@ -30,6 +30,7 @@ from faust.types import TP
 
 from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
+from schemas import records
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
 from schemas.events import utc_now
@@ -135,15 +136,15 @@ class GateRunner:
         answer a ReviewRequested the log holds (`sepa-eval review` checks that before publishing),
         otherwise it is dead-lettered with the reason (the gate never acts on it: it reads reviews
         of candidates in review only)."""
-        event, dead = self.intake.admit(raw)
+        event, dead = self.intake.admit_record(raw)
         if dead is not None:
             return [dead]
-        if event["envelope"]["event_type"] != "ReviewDecided":
+        if not isinstance(event, records.ReviewDecided):
             return []
-        scenario_id = event["scenario_id"]
+        scenario_id = event.scenario_id
         if q.decisions(self.store, scenario_ids=[scenario_id], event_types=("ReviewRequested",)):
             return []
-        return [self.intake.refuse(raw, f"ReviewDecided {event['envelope']['event_id']}: no review of "
+        return [self.intake.refuse(raw, f"ReviewDecided {event.envelope.event_id}: no review of "
                                         f"{scenario_id!r} was requested (no ReviewRequested for it in the "
                                         "evidence log)")]
 
@@ -151,14 +152,14 @@ class GateRunner:
         """A CriticVerdict must judge a scenario the log has proposed (or run, or promoted): the gate
         reads verdicts through their candidates only, so a verdict about nothing would sit in the log
         unexplained. Refused with the reason once the grace for the sink to store its candidate is over."""
-        event, dead = self.intake.admit(raw)
+        event, dead = self.intake.admit_record(raw)
         if dead is not None:
             return [dead]
-        scenario_id = event["scenario_id"]
+        scenario_id = event.scenario_id
         deadline = time.monotonic() + self.reference_grace_s
         while q.scenario_spec(self.store, scenario_id) is None:
             if time.monotonic() >= deadline:
-                return [self.intake.refuse(raw, f"CriticVerdict {event['envelope']['event_id']} ({event['critic']}): "
+                return [self.intake.refuse(raw, f"CriticVerdict {event.envelope.event_id} ({event.critic}): "
                                                 f"no scenario {scenario_id!r} in the evidence log (no candidate, "
                                                 f"promotion or rollout of it after {self.reference_grace_s:g} s)")]
             time.sleep(0.5)

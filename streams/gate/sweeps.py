@@ -38,8 +38,10 @@ from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
 from producers.rollout_worker import sweep_request
 from producers.seeds import selection_seeds
+from schemas import records
 from schemas.catalog import BY_NAME
 from schemas.codec import Codec
+from schemas.typed import to_record
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.exceptions import ConfigError
 
@@ -79,13 +81,13 @@ class SweepRunner:
         return self.store_factory()
 
     def on_message(self, raw: RawMessage) -> list[Outgoing]:
-        event, dead = self.intake.admit(raw)
+        event, dead = self.intake.admit_record(raw)
         if dead is not None:
             return [dead]
         served = self.config.served_models
-        if served is not None and event["model_id"] not in served:
-            return [self.intake.refuse(raw, f"ModelRegistered {event['envelope']['event_id']}: model "
-                                            f"{event['model_id']!r} is not in the model registry file the rollout "
+        if served is not None and event.model_id not in served:
+            return [self.intake.refuse(raw, f"ModelRegistered {event.envelope.event_id}: model "
+                                            f"{event.model_id!r} is not in the model registry file the rollout "
                                             f"workers serve (served: {', '.join(sorted(served)) or 'none'})")]
         self.stats["registrations"] += 1
         deadline = time.monotonic() + self.config.store_retry_s
@@ -96,23 +98,24 @@ class SweepRunner:
             except Exception:
                 if time.monotonic() > deadline:
                     log.exception("%s@%s: no sweep asked for; the store did not answer for %.0f s (the next "
-                                  "cycle's sweep covers it)", event["model_id"], event["version"],
+                                  "cycle's sweep covers it)", event.model_id, event.version,
                                   self.config.store_retry_s)
                     return []
-                log.warning("%s@%s: the store did not answer; retrying", event["model_id"], event["version"],
+                log.warning("%s@%s: the store did not answer; retrying", event.model_id, event.version,
                             exc_info=True)
                 time.sleep(1.0)
         self.stats["requests"] += len(requests)
         if requests:
-            log.info("%s@%s registered: sweeping %d active scenario(s) on %d seeds", event["model_id"],
-                     event["version"], len(requests), self.config.sweep_seeds)
+            log.info("%s@%s registered: sweeping %d active scenario(s) on %d seeds", event.model_id,
+                     event.version, len(requests), self.config.sweep_seeds)
         return [Outgoing.of(r, self.codec) for r in requests]
 
-    def sweeps(self, registered: dict) -> list[dict]:
+    def sweeps(self, registered: records.ModelRegistered | dict) -> list[dict]:
         """The sweep requests a registration calls for (none when it is not the model's latest, when
         nothing is promoted yet, or when the version has trials or a request on every active scenario)."""
-        model_id, version = registered["model_id"], registered["version"]
-        at = registered["envelope"]["event_time"]
+        registered = to_record(registered)
+        model_id, version = registered.model_id, registered.version
+        at = registered.envelope.event_time
         newer = [v for v in q.model_versions(self.store, model_id=model_id)
                  if v.version != version and v.registered_at is not None and v.registered_at > at]
         if newer:

@@ -34,11 +34,13 @@ import faust
 
 from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
+from schemas import records
 from schemas.codec import Codec
 from schemas.events import make_event
 from schemas.exceptions import LiberoScenarioError, ScenarioError
 from schemas.libero_scenario import LiberoScenario
 from schemas.scenario import ScenarioSpec
+from schemas.typed import to_record
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.mutations.chooser import ChooserConfig, Coverage, blind_candidates, guided_candidates, propose
 from streams.mutations.coverage import GENERATOR as COVERAGE
@@ -72,28 +74,29 @@ class MutatorRunner:
         return self.store_factory()
 
     def on_message(self, raw: RawMessage) -> list[Outgoing]:
-        event, dead = self.intake.admit(raw)
+        event, dead = self.intake.admit_record(raw)
         if dead is not None:
             return [dead]
-        if event["envelope"]["event_type"] != "CycleStarted":
+        if not isinstance(event, records.CycleStarted):
             return []  # our own answers share the topic
         try:
             return [Outgoing.of(e, self.codec) for e in self.answer(event)]
         except Exception as exc:  # faust would ack and move on: answer, so the orchestrator is not left waiting
-            log.exception("cycle %s could not be answered", event["cycle_id"])
+            log.exception("cycle %s could not be answered", event.cycle_id)
             return [Outgoing.of(make_event(
-                "CandidatesGenerated", (event["cycle_id"],), PRODUCER, self.config.run_id,
-                event_time=event["envelope"]["event_time"], cycle_id=event["cycle_id"], generator=event["generator"],
+                "CandidatesGenerated", (event.cycle_id,), PRODUCER, self.config.run_id,
+                event_time=event.envelope.event_time, cycle_id=event.cycle_id, generator=event.generator,
                 seeds=[], proposed=[], infeasible={"(mutator)": f"{type(exc).__name__}: {exc}"},
                 mutator_version=MUTATOR_VERSION), self.codec)]
 
-    def answer(self, cycle: dict) -> list[dict]:
+    def answer(self, cycle: records.CycleStarted | dict) -> list[dict]:
         """CandidateProposed events and the cycle's CandidatesGenerated (empty if answered before)."""
-        cycle_id = cycle["cycle_id"]
+        cycle = to_record(cycle)
+        cycle_id = cycle.cycle_id
         if any(c.cycle_id == cycle_id for c in q.cycles(self.store) if c.answered):
             return []
-        self._wait_for_clusters(cycle["clusters_position"])
-        benchmark = q.active_benchmark(self.store, version=cycle["benchmark_version"])
+        self._wait_for_clusters(cycle.clusters_position)
+        benchmark = q.active_benchmark(self.store, version=cycle.benchmark_version)
         parents: dict[str, ScenarioSpec | LiberoScenario] = {}
         for a in benchmark.scenarios if benchmark else ():
             try:  # robosuite and LIBERO scenarios alike; the chooser picks each one's operators
@@ -103,20 +106,20 @@ class MutatorRunner:
         exclude = set(parents) | {c.scenario_id for c in q.candidates(self.store)}
         cfg = self.config.chooser
         seeds: list[dict] = []
-        if cycle["generator"] == COVERAGE:  # the grid is walked over the base, whatever is active now
+        if cycle.generator == COVERAGE:  # the grid is walked over the base, whatever is active now
             bases = [scenario_from_dict(c.scenario) for c in q.candidates(self.store) if c.generator == "base"]
-            generated = coverage_candidates(bases, cycle["max_candidates"], exclude)
-        elif cycle["generator"] == BLIND:
-            generated = blind_candidates(list(parents.values()), cycle["max_candidates"], cycle["seed"], cfg, exclude) \
+            generated = coverage_candidates(bases, cycle.max_candidates, exclude)
+        elif cycle.generator == BLIND:
+            generated = blind_candidates(list(parents.values()), cycle.max_candidates, cycle.seed, cfg, exclude) \
                 if parents else None
         else:
-            seeds = q.cluster_events(self.store, before_position=cycle["clusters_position"])
+            seeds = q.cluster_events(self.store, before_position=cycle.clusters_position)
             tested = Counter(a.factor for a in (benchmark.scenarios if benchmark else ()))
-            generated = guided_candidates(seeds, cycle["seed"], cfg, parents, exclude,
-                                          focus=cycle.get("focus_models") or (), coverage=Coverage(dict(tested)))
-        candidates = generated.candidates[:cycle["max_candidates"]] if generated else []
+            generated = guided_candidates(seeds, cycle.seed, cfg, parents, exclude,
+                                          focus=cycle.focus_models, coverage=Coverage(dict(tested)))
+        candidates = generated.candidates[:cycle.max_candidates] if generated else []
         proposal = propose(candidates, self.check)
-        at = cycle["envelope"]["event_time"]
+        at = cycle.envelope.event_time
         events = [make_event("CandidateProposed", (c.candidate.scenario_id,), PRODUCER, self.config.run_id,
                              event_time=at, **c.candidate.event_fields(), cycle_id=cycle_id,
                              feasibility_json=c.feasibility.to_json())
@@ -125,7 +128,7 @@ class MutatorRunner:
         skipped = {s.key: s.reason for s in (generated.skipped if generated else [])}
         events.append(make_event(
             "CandidatesGenerated", (cycle_id,), PRODUCER, self.config.run_id, event_time=at, cycle_id=cycle_id,
-            generator=cycle["generator"], seeds=sorted({c.candidate.source_cluster_id for c in proposal.proposed
+            generator=cycle.generator, seeds=sorted({c.candidate.source_cluster_id for c in proposal.proposed
                                                         if c.candidate.source_cluster_id}),
             proposed=[c.candidate.scenario_id for c in proposal.proposed], infeasible=infeasible,
             mutator_version=MUTATOR_VERSION))
@@ -133,7 +136,7 @@ class MutatorRunner:
         self.stats["proposed"] += len(proposal.proposed)
         self.stats["infeasible"] += len(infeasible)
         log.info("cycle %s (%s): %d proposed, %d infeasible, %d skipped draws, pre-check %.1f s", cycle_id,
-                 cycle["generator"], len(proposal.proposed), len(infeasible), len(skipped), proposal.cost_s)
+                 cycle.generator, len(proposal.proposed), len(infeasible), len(skipped), proposal.cost_s)
         return events
 
     def _wait_for_clusters(self, position: int) -> None:
