@@ -125,16 +125,11 @@ def trials(store: EvidenceStore, *, model_ids: Sequence[str] | None = None, scen
                   r[8], int(r[9]), r[10], r[11], _utc(r[12])) for r in rows]
 
 
-@dataclass(frozen=True)
-class ModelScenarioScore:
-    """Success of one model (version) on one scenario: ``successes`` of ``episodes`` valid trials."""
+class _Rate:
+    """``successes`` of ``episodes``: the rate and its 95% Wilson interval (0 and (0, 1) when empty)."""
 
-    model_id: str
-    scenario_id: str
-    episodes: int  # valid trials (one per seed and variant), the rate's denominator
     successes: int
-    invalid: int = 0  # trials whose every episode ended env_error / aborted
-    model_version: str | None = None
+    episodes: int
 
     @property
     def success_rate(self) -> float:
@@ -143,6 +138,18 @@ class ModelScenarioScore:
     @property
     def interval(self) -> tuple[float, float]:
         return wilson_interval(self.successes, self.episodes)
+
+
+@dataclass(frozen=True)
+class ModelScenarioScore(_Rate):
+    """Success of one model (version) on one scenario: ``successes`` of ``episodes`` valid trials."""
+
+    model_id: str
+    scenario_id: str
+    episodes: int  # valid trials (one per seed and variant), the rate's denominator
+    successes: int
+    invalid: int = 0  # trials whose every episode ended env_error / aborted
+    model_version: str | None = None
 
 
 def scores(store: EvidenceStore, *, version: int | None = None, model_ids: Sequence[str] | None = None,
@@ -167,7 +174,7 @@ def scores(store: EvidenceStore, *, version: int | None = None, model_ids: Seque
 
 
 @dataclass(frozen=True)
-class ModelScore:
+class ModelScore(_Rate):
     """A model's (version's) success pooled over a set of scenarios (each trial once), with its Wilson interval."""
 
     model_id: str
@@ -175,14 +182,6 @@ class ModelScore:
     episodes: int
     successes: int
     model_version: str | None = None
-
-    @property
-    def success_rate(self) -> float:
-        return self.successes / self.episodes if self.episodes else 0.0
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        return wilson_interval(self.successes, self.episodes)
 
 
 def pooled_scores(per_scenario: Iterable[ModelScenarioScore]) -> list[ModelScore]:
