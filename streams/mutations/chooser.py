@@ -15,7 +15,11 @@ fragile successes of models tied at the top, the only ones that can separate the
 operator is drawn from the cluster's root failure types (the first moment of its episodes; the
 types of all moments when no root types are given; the dominant type as the last resort) through
 FAILURE_OPERATORS, except with probability ``exploration``, when it is drawn uniformly from every
-operator (``params["chosen_by"]`` says "failure:<type>" or "exploration"). The parent is the
+operator (``params["chosen_by"]`` says "failure:<type>" or "exploration"). Coverage-aware: an
+operator whose least tested factor n scenarios test already (the active ones, and the candidates
+this cycle drew before it) is kept with probability 1/(1+n), else the draw is an exploration one,
+which goes to a factor nothing tests yet while there is one; so one dominant failure mode (knocked
+objects on Lift) seeds its factor once or twice, not the whole benchmark. The parent is the
 cluster's representative scenario, else its most frequent scenario in ``parents``.
 
 Blind: the same operators with their blind parameter ranges, no cluster, an operator drawn
@@ -141,20 +145,36 @@ class Coverage:
         reach = family.operator_factors.get(op, ())
         return not reach or any(self.factors.get(f, 0) == 0 for f in reach)
 
+    def tested(self, op: str, family: OperatorFamily) -> int:
+        """How many scenarios test the least tested factor ``op`` reaches (0 for an operator that
+        reaches an untested factor, or whose factors are not known)."""
+        reach = family.operator_factors.get(op, ())
+        return min((self.factors.get(f, 0) for f in reach), default=0)
+
+    def plus(self, factor: str) -> Coverage:
+        """This coverage with one more scenario on ``factor`` (a candidate drawn this cycle)."""
+        return Coverage({**self.factors, factor: self.factors.get(factor, 0) + 1})
+
 
 def _choose(seed: FailureSeed, rng, config: ChooserConfig, family: OperatorFamily,
             coverage: Coverage = Coverage()) -> tuple[str, str]:
     weights = {op: w for op, w in operator_weights(seed, family.failure_operators).items()
                if not coverage.full(op, family)}
     explore = float(rng.random()) < config.exploration
+    if not explore and weights:
+        names = sorted(weights)
+        total = sum(weights[n] for n in names)
+        op = names[int(rng.choice(len(names), p=[weights[n] / total for n in names]))]
+        # A failure the benchmark already tests n times keeps its operator with chance 1/(1+n); else
+        # the draw goes to a factor nobody tests yet: one dominant failure mode (knocked objects)
+        # must not become the whole benchmark, which would then rank models by one skill.
+        n = coverage.tested(op, family)
+        explore = n > 0 and float(rng.random()) >= 1.0 / (1 + n)
     if explore or not weights:
         names = sorted(op for op in family.exploration_operators if not coverage.full(op, family))
         fresh = [op for op in names if coverage.new(op, family)]
         names = fresh or names or sorted(family.exploration_operators)
         return names[int(rng.integers(len(names)))], "exploration"
-    names = sorted(weights)
-    total = sum(weights[n] for n in names)
-    op = names[int(rng.choice(len(names), p=[weights[n] / total for n in names]))]
     types = seed.root_types or seed.failure_types or {seed.dominant_failure_type: 1.0}
     cause = max((t for t in types if op in family.failure_operators.get(t, ())), key=lambda t: (types[t], t))
     return op, f"failure:{cause}"
@@ -235,9 +255,13 @@ def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed:
             continue
         family = family_for(parent, cfg)
         for i in range(cfg.candidates_per_cluster):
+            drawn = len(col.out)
             _draw(col, f"cluster {s.cluster_id} #{i}", cfg,
                   lambda a, s=s, i=i: rng_for(seed, "guided", s.cluster_id, i, a),
-                  lambda rng, s=s, family=family: _choose(s, rng, cfg, family, coverage), parent, s, family)
+                  lambda rng, s=s, family=family, coverage=coverage: _choose(s, rng, cfg, family, coverage),
+                  parent, s, family)
+            if len(col.out) > drawn:  # the cycle's own candidates count as tested for its later draws
+                coverage = coverage.plus(col.out[-1].factor)
     return Generated(col.out, col.skipped)
 
 
