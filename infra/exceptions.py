@@ -41,6 +41,10 @@ class LiberoSetupError(InfraError):
     """The LIBERO venv could not be built, or is not (completely) set up."""
 
 
+class LeRobotSetupError(InfraError):
+    """The LeRobot venv could not be built, or is not (completely) set up."""
+
+
 class ReviewRefused(InfraError):
     """A review decision the evidence log does not allow: an unknown scenario, one not awaiting
     review, or one reviewed already (a scenario gets one ReviewDecided)."""

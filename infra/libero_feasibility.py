@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from infra.libero_venv import ROOT, LiberoVenv, _base_environ
+from infra.libero_venv import ROOT, LiberoVenv
+from infra.side_venv import base_environ
 from producers.sim.feasibility import FeasibilityResult
 from schemas.libero_scenario import LiberoScenario
 
@@ -52,7 +53,7 @@ def libero_feasibility(spec: LiberoScenario, venv: LiberoVenv | None = None,
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, input=json.dumps(spec.to_dict()), capture_output=True, text=True,
-                              env={**_base_environ(), **venv.environ(ROOT)}, cwd=ROOT, timeout=timeout_s)
+                              env={**base_environ(), **venv.environ(ROOT)}, cwd=ROOT, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return _infeasible(spec, f"the LIBERO feasibility check took longer than {timeout_s:.0f} s")
     except OSError as exc:

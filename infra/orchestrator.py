@@ -43,12 +43,13 @@ def check_models(requested: list[str], models: list[ModelConfig]) -> None:
 
 
 def request_rollouts(publisher: Publisher, store: EvidenceStore, scenario: dict, model_ids: list[str],
-                     seeds: list[int], run_id: str, purpose: str = "adhoc", keyframe_every: int = 0) -> list[dict]:
-    """One RolloutRequested per model. Request ids come from (scenario, model, seeds, purpose, run),
-    so asking again is the same request; one whose episodes have all ended already is not published
-    again. Returns every request (published or not)."""
+                     seeds: list[int], run_id: str, purpose: str = "adhoc", keyframe_every: int = 0,
+                     cameras: tuple[str, ...] = (), camera_size: int = 128) -> list[dict]:
+    """One RolloutRequested per model. Request ids come from (scenario, model, seeds, purpose, run,
+    and the cameras when any), so asking again is the same request; one whose episodes have all
+    ended already is not published again. Returns every request (published or not)."""
     requests = [rollout_request(scenario, model_id, seeds, purpose=purpose, keyframe_every=keyframe_every,
-                                run_id=run_id) for model_id in model_ids]
+                                run_id=run_id, cameras=cameras, camera_size=camera_size) for model_id in model_ids]
     done = q.ended_per_request(store, [r["request_id"] for r in requests])
     for request in requests:
         if done.get(request["request_id"], 0) < len(request["seeds"]):

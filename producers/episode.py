@@ -51,6 +51,8 @@ class StepRecord:
     signals: dict[str, Any]
     success: bool  # the env's success check after this step (info["success"])
     keyframe: np.ndarray | None = None  # uint8 (size, size, 3) when t % keyframe_every == 0
+    # camera -> uint8 (camera_size, camera_size, 3): what each camera saw when the policy chose ``action``
+    frames: dict[str, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,18 @@ class SuccessRule:
 class Episode:
     """Iterate to run the episode; read ``outcome`` (and ``initial_signals``) afterwards.
 
-    ``stop_on_success=False`` runs to the horizon whatever happens (the rule then decides there)."""
+    ``stop_on_success=False`` runs to the horizon whatever happens (the rule then decides there).
+    ``cameras`` are rendered at every step before the policy acts (``camera_size`` square): the
+    frames a pixel policy would see, for demonstrations; rendering changes no physics, so the
+    episode is the same with or without them."""
 
     def __init__(self, env: BenchmarkEnv, policy: Any, seed: int, *, rule: SuccessRule, keyframe_every: int = 0,
-                 keyframe_size: int = 128, stop_on_success: bool = True):
+                 keyframe_size: int = 128, stop_on_success: bool = True, cameras: tuple[str, ...] = (),
+                 camera_size: int = 128):
         if keyframe_every < 0:
             raise ValueError(f"keyframe_every must be >= 0, got {keyframe_every!r}")
+        if cameras and not env.keyframes:
+            raise ValueError(f"cameras {list(cameras)} asked of an env built without keyframes=True")
         for name in ("hold_steps", "hold_steps_at_horizon"):
             if getattr(rule, name) < 1:
                 raise ValueError(f"success_hold_steps must be >= 1, got {getattr(rule, name)!r}")
@@ -92,6 +100,7 @@ class Episode:
         self.keyframe_every = keyframe_every
         self.keyframe_size = keyframe_size
         self.stop_on_success = stop_on_success
+        self.cameras, self.camera_size = tuple(cameras), camera_size
         self.initial_signals: dict[str, Any] | None = None
         self.outcome: EpisodeOutcome | None = None
 
@@ -129,6 +138,11 @@ class Episode:
             return
         for t in range(horizon):
             try:
+                frames = {camera: env.render_keyframe(self.camera_size, camera) for camera in self.cameras} or None
+            except Exception as exc:
+                self._finish(False, "env_error", t, total, None, f"step {t}: camera frames: {exc!r}")
+                return
+            try:
                 action = np.asarray(policy.act(obs, signals), dtype=float)
                 if action.shape != (env.action_dim,) or not np.all(np.isfinite(action)):
                     raise ValueError(f"policy returned {action!r}, not {env.action_dim} finite floats")
@@ -149,7 +163,7 @@ class Episode:
             success = bool(info["success"])
             streak = streak + 1 if success else 0
             yield StepRecord(t=t, action=action.tolist(), reward=reward, signals=signals, success=success,
-                             keyframe=keyframe)
+                             keyframe=keyframe, frames=frames)
             if self.stop_on_success and streak >= rule.hold_steps:
                 self._finish(True, "success", t + 1, total, t + 1 - streak, None)
                 return
@@ -164,6 +178,22 @@ class Episode:
             frame = self.final_keyframe()
         self.outcome = EpisodeOutcome(seed=self.seed, success=success, termination=termination, steps=steps,
                                       total_reward=total, time_to_success=tts, error=error, final_keyframe=frame)
+
+
+def requested_cameras(request: dict, env: BenchmarkEnv) -> tuple[tuple[str, ...], int]:
+    """(cameras, frame size) that a RolloutRequested asks to record at every step, checked against
+    the env: raises ValueError naming the request, the unknown camera and the scene's cameras."""
+    cameras, size = tuple(request.get("cameras") or ()), int(request.get("camera_size", 128))
+    if not cameras:
+        return (), size
+    unknown = [c for c in cameras if c not in env.camera_names]
+    if unknown or len(set(cameras)) != len(cameras):
+        what = f"unknown camera(s) {unknown}" if unknown else f"a camera twice ({list(cameras)})"
+        raise ValueError(f"request {request.get('request_id')} asks for {what}; scenario "
+                         f"{request['scenario']['scenario_id']} has: {', '.join(env.camera_names)}")
+    if not 16 <= size <= 1024:
+        raise ValueError(f"request {request.get('request_id')}: camera_size must be 16-1024 pixels, got {size}")
+    return cameras, size
 
 
 def collect(episode: Episode) -> tuple[EpisodeOutcome, list[StepRecord]]:

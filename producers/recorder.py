@@ -269,8 +269,9 @@ class EpisodeRecorder(SignalChecks):
         self.publisher.publish(started)
 
     def step(self, action: Any, signals: dict, reward: float, success: bool = False,
-             keyframe: np.ndarray | None = None) -> None:
-        """Records one control step (the action taken and the signals after it). Raises
+             keyframe: np.ndarray | None = None, frames: dict[str, np.ndarray] | None = None) -> None:
+        """Records one control step (the action taken and the signals after it; ``frames``, camera
+        -> image, what the cameras saw before the action, stored by hash like keyframes). Raises
         SignalError naming the first missing or malformed signal (nothing is recorded then), and
         EpisodeConflict when this id was recorded before with a different step here."""
         if self._refused is not None:
@@ -287,6 +288,9 @@ class EpisodeRecorder(SignalChecks):
             raise SignalError(f"episode {self.identity.episode_id} step {t}: {exc}") from None
         clean = self._check(t, signals)
         sha = self.keyframes.put(keyframe) if keyframe is not None and self.keyframes else None
+        if frames and self.keyframes is None:
+            raise ValueError(f"episode {self.identity.episode_id} step {t}: camera frames need a keyframe store")
+        frame_shas = {camera: self.keyframes.put(image) for camera, image in sorted(frames.items())} if frames else {}
         self._signals.append(clean)
         self._actions.append(action)
         self._successes.append(bool(success))
@@ -294,16 +298,19 @@ class EpisodeRecorder(SignalChecks):
         now = time.monotonic()
         if not self._pending:
             self._pending_since = now
-        self._pending.append((t, action, reward, sha, clean, datetime.now(UTC)))
+        self._pending.append((t, action, reward, sha, frame_shas, clean, datetime.now(UTC)))
         slow = (now - self._last_step_at) * 1000 >= self.batch_ms
         self._last_step_at = now
         if slow or len(self._pending) >= self.batch_steps or (now - self._pending_since) * 1000 >= self.batch_ms:
             self.publish_pending()
 
-    def _compare(self, t: int, action: list, reward: float, sha: str | None, clean: dict) -> None:
+    def _compare(self, t: int, action: list, reward: float, sha: str | None, frames: dict[str, str],
+                 clean: dict) -> None:
         """Remembers the step's content (a first copy) or compares it with the copy before."""
         known = self._known
         content = _step_hash(t, action, reward, sha, clean)
+        if frames:
+            content = hash((content, tuple(frames.items())))
         if not self._rerun:
             known.steps.append(content)
             _known_steps[0] += 1
@@ -318,11 +325,11 @@ class EpisodeRecorder(SignalChecks):
         waits for the broker to have them)."""
         pending, self._pending = self._pending, []
         episode_id, ident = self.identity.episode_id, self.identity
-        for t, action, reward, sha, signals, at in pending:
-            self._compare(t, action, reward, sha, signals)  # here, where the caches are warm for it
+        for t, action, reward, sha, frames, signals, at in pending:
+            self._compare(t, action, reward, sha, frames, signals)  # here, where the caches are warm for it
             self.publisher.publish(make_event(
                 "Step", (episode_id, t), ident.producer, ident.run_id, event_time=at, episode_id=episode_id, t=t,
-                action=action, reward=reward, keyframe_sha256=sha, **signals))
+                action=action, reward=reward, keyframe_sha256=sha, frames=frames, **signals))
 
     def end(self, success: bool, termination: str, error: str | None = None,
             final_keyframe: np.ndarray | None = None) -> dict:
@@ -386,7 +393,7 @@ def record_episode(episode: Episode, publisher: Publisher, identity: EpisodeIden
     EpisodeRecorder; the events are handed to the publisher, not yet flushed."""
     with EpisodeRecorder(publisher, identity, keyframes) as recorder:
         for record in episode:
-            recorder.step(record.action, record.signals, record.reward, record.success, record.keyframe)
+            recorder.step(record.action, record.signals, record.reward, record.success, record.keyframe, record.frames)
         out = episode.outcome
         recorder.end(out.success, out.termination, out.error, out.final_keyframe)
     return EpisodeSummary(identity.episode_id, episode.seed, out.success, out.termination, out.steps, out.error)

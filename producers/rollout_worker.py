@@ -51,6 +51,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from producers.adapters import adapter_for
 from producers.commits import Committer
 from producers.env_cache import EnvCache
+from producers.episode import requested_cameras
 from producers.keyframes import KeyframeStore
 from producers.lockstep import Batcher, Lane
 from producers.parent_death import die_with_parent
@@ -81,11 +82,15 @@ REQUESTS = BY_NAME["rollout.requests"]  # decoded against it: the same reasons a
 
 
 def rollout_request(scenario: dict, model_id: str, seeds: list[int], purpose: str = "adhoc",
-                    keyframe_every: int = 0, run_id: str = "cli") -> dict:
-    request_id = "req-" + stable_id(scenario["scenario_id"], model_id, tuple(seeds), purpose, run_id)[:20]
+                    keyframe_every: int = 0, run_id: str = "cli", cameras: tuple[str, ...] = (),
+                    camera_size: int = 128) -> dict:
+    """An ad-hoc (or validation) request; ``cameras`` asks for frames at every step (demonstrations)."""
+    # cameras are part of the id only when asked for: the ids of requests without them do not change
+    extra = (tuple(cameras), camera_size) if cameras else ()
+    request_id = "req-" + stable_id(scenario["scenario_id"], model_id, tuple(seeds), purpose, run_id, *extra)[:20]
     return make_event("RolloutRequested", (request_id,), PRODUCER, run_id, request_id=request_id,
                       scenario_id=scenario["scenario_id"], scenario=scenario, model_id=model_id, seeds=seeds,
-                      purpose=purpose, keyframe_every=keyframe_every)
+                      purpose=purpose, keyframe_every=keyframe_every, cameras=list(cameras), camera_size=camera_size)
 
 
 def sweep_request(scenario: dict, model_id: str, model_version: str, seeds: list[int],
@@ -197,7 +202,9 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
             # Every episode ends with a keyframe (RolloutRequested: keyframe_every 0 = the final one
             # only): the report shows clusters by their representative's, the judge reads them.
             env = _cached_env(adapter, scenario, True)
-            summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every),
+            cameras, camera_size = requested_cameras(request, env)
+            summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every,
+                                             cameras=cameras, camera_size=camera_size),
                                      publisher, _identity(request, adapter, model, seed), keyframes)
             if summary.termination == "env_error":  # the simulator raised: do not reuse that env
                 _drop_env(scenario, True)
@@ -277,8 +284,10 @@ def _run_lane(index: int, lane: Lane, todo: queue.SimpleQueue, request: dict, mo
                 except queue.Empty:
                     return summaries
                 env = envs.get(key, lambda: adapter.make_env(scenario, keyframes=True))
+                cameras, camera_size = requested_cameras(request, env)
                 summary = record_episode(Episode(env, model.make_policy(lane), seed,
-                                                 keyframe_every=request["keyframe_every"]),
+                                                 keyframe_every=request["keyframe_every"], cameras=cameras,
+                                                 camera_size=camera_size),
                                          publisher, _identity(request, adapter, model, seed), keyframes)
                 if summary.termination == "env_error":
                     envs.drop(key)

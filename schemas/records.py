@@ -448,6 +448,8 @@ class RolloutRequested:
     seeds: tuple[int, ...]
     purpose: RolloutPurpose
     keyframe_every: int = 0
+    cameras: tuple[str, ...] = ()
+    camera_size: int = 128
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -474,6 +476,7 @@ class Step:
     goal_distance: float
     object_lift: float
     keyframe_sha256: str | None = None
+    frames: Mapping[str, str] = field(default_factory=_empty_map)
 
 
 # Every record class by its Avro name.

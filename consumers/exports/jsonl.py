@@ -44,10 +44,9 @@ def export_jsonl(store: EvidenceStore, output: Path, keyframe_root: Path | None,
                 out.write(json.dumps(line, separators=(",", ":")) + "\n")
                 summary.episodes += 1
                 summary.frames += len(steps[case.episode_id])
-                if case.kind == "failed":
-                    summary.failed += 1
-                else:
-                    summary.recovered += 1
+                summary.failed += case.kind == "failed"
+                summary.recovered += case.kind == "recovered"
+                summary.succeeded += case.kind == "success"
     tmp.replace(output / FILE_NAME)
     summary.keyframes = len(copied)
     return summary
@@ -81,7 +80,8 @@ def episode_line(case: HardCase, steps: list[StepRow], keyframes: Keyframes, out
         "final_keyframe": {"sha256": case.final_keyframe_sha256, "file": keyframe(case.final_keyframe_sha256)},
         "steps_stored": len(steps),
         "steps_complete": [s.t for s in steps] == list(range(case.steps)),
-        "steps": [_step(s, keyframe(s.keyframe_sha256)) for s in steps],
+        "steps": [_step(s, keyframe(s.keyframe_sha256), {camera: keyframe(sha) for camera, sha in s.frames.items()})
+                  for s in steps],
     }
 
 
@@ -89,7 +89,7 @@ def _f32(values: list[float]) -> list[float]:
     return [float(v) for v in np.asarray(values, dtype=np.float32).astype(str)]
 
 
-def _step(step: StepRow, keyframe_file: str | None) -> dict:
+def _step(step: StepRow, keyframe_file: str | None, frame_files: dict[str, str | None]) -> dict:
     (gripper_opening, gripper_force) = _f32([step.gripper_opening, step.gripper_force])
     return {
         "t": step.t, "action": _f32(step.action), "eef_pos": _f32(step.eef_pos), "eef_quat": _f32(step.eef_quat),
@@ -101,5 +101,7 @@ def _step(step: StepRow, keyframe_file: str | None) -> dict:
         "joint_torques": _f32(step.joint_torques), "joint_pos": _f32(step.joint_pos), "reward": step.reward,
         "goal_distance": step.goal_distance, "object_lift": step.object_lift,
         "keyframe_sha256": step.keyframe_sha256, "keyframe": keyframe_file,
+        # camera -> file of what it saw before this step's action (requests with cameras only)
+        "frames": frame_files,
         "event_time": step.event_time.isoformat(),
     }

@@ -30,5 +30,5 @@ terminal's width, never styled when stderr is not a terminal, and never read as 
 
 from __future__ import annotations
 
-from infra.cli import events, libero, loop, read, stack, verbs  # noqa: E402,F401  (registers the commands)
+from infra.cli import events, lerobot, libero, loop, read, stack, verbs  # noqa: E402,F401  (registers the commands)
 from infra.cli.base import app, fail  # noqa: F401  (the entry point, `sepa-eval = "infra.cli:app"`)

@@ -182,9 +182,14 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
             env: str = typer.Option("Lift"), scenario_file: Path | None = typer.Option(None, "--scenario"),
             episodes: int = typer.Option(5, min=1), seed: int = typer.Option(0), horizon: int = typer.Option(200),
             keyframe_every: int = typer.Option(0, min=0),
+            cameras: str = typer.Option("", help="record these cameras at every step, comma-separated "
+                                                 "(e.g. agentview,robot0_eye_in_hand): demonstrations with pixels"),
+            camera_size: int = typer.Option(128, min=16, max=1024, help="side of the square camera frames, px"),
             timeout: float = typer.Option(600.0, help="seconds to wait for the episodes to land")):
     """Publish a RolloutRequested and wait until its episodes are in the evidence log (the rollout
-    worker that `up` started runs them)."""
+    worker that `up` started runs them). With --cameras every step keeps what those cameras saw
+    (frames in the memory dir's keyframe store, by hash): `export-episodes --format lerobot`
+    writes them as LeRobot videos."""
     from producers.sim.models import load_models
 
     settings = settings_of(ctx)
@@ -197,8 +202,10 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
         store = processes.open_store(settings)
         publisher = make_publisher(settings, bootstrap, codec_of(ctx))
         seeds = list(range(seed, seed + episodes))
+        camera_names = tuple(c.strip() for c in cameras.split(",") if c.strip())
         [request] = orchestrator.request_rollouts(publisher, store, scenario, [model], seeds, run_id="cli",
-                                                  keyframe_every=keyframe_every)
+                                                  keyframe_every=keyframe_every, cameras=camera_names,
+                                                  camera_size=camera_size)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task(f"{model} on {request['scenario_id']}", total=episodes)

@@ -190,6 +190,13 @@ PRUNE_HELP = (
     "steps_complete=false.")
 
 
+EPISODES_HELP = (
+    "Chosen episodes out of the evidence log, e.g. the oracle's demonstrations: `export-episodes --model oracle "
+    "--format lerobot --output demos`.\n\n"
+    "Formats as export-hard-cases. Episodes recorded with camera frames (`rollout --cameras ...`) become "
+    "LeRobot video features, one per camera. Episodes the harness broke (env_error, aborted) are never exported.")
+
+
 @app.command("export-hard-cases", help=EXPORT_HELP)
 def export_hard_cases(
         ctx: typer.Context,
@@ -202,12 +209,38 @@ def export_hard_cases(
                                                help="also successes that recovered from a failure moment"),
         fps: int | None = typer.Option(None, min=1, help="frame rate of the steps (lerobot; default: the "
                                        "exporter's DEFAULT_FPS, 20)")):
+    if failure_type is not None and failure_type not in _failure_types():
+        fail(ValueError(f"unknown failure type {failure_type!r}; one of {', '.join(_failure_types())}"))
+    _export(ctx, format_, output, ExportFilters(since=_since(since), failure_type=failure_type,
+                                                include_recovered=include_recovered), fps)
+
+
+class Outcome(StrEnum):
+    success = "success"
+    any = "any"
+
+
+@app.command("export-episodes", help=EPISODES_HELP)
+def export_episodes(
+        ctx: typer.Context,
+        format_: ExportFormat = typer.Option(..., "--format", help="jsonl: one episode per line; lerobot: a "
+                                             "LeRobot v3.0 dataset"),
+        output: Path = typer.Option(..., help="directory to create (must not exist or be empty)"),
+        model: str | None = typer.Option(None, help="only this model's episodes"),
+        scenario: str | None = typer.Option(None, help="only this scenario's episodes"),
+        request: str | None = typer.Option(None, help="only this request's episodes"),
+        outcome: Outcome = typer.Option(Outcome.success, help="success: successes only; any: failures too"),
+        since: str | None = typer.Option(None, help="episodes ended since: an ISO time or an age (7d)"),
+        fps: int | None = typer.Option(None, min=1, help="frame rate of the steps (lerobot; default: the "
+                                       "exporter's DEFAULT_FPS, 20)")):
+    _export(ctx, format_, output, ExportFilters(since=_since(since), outcome=outcome.value, model_id=model,
+                                                scenario_id=scenario, request_id=request), fps)
+
+
+def _export(ctx: typer.Context, format_: ExportFormat, output: Path, filters: ExportFilters, fps: int | None) -> None:
     from consumers.exports.lerobot import DEFAULT_FPS, export_lerobot  # pandas and pyarrow: only here
 
     settings = settings_of(ctx)
-    if failure_type is not None and failure_type not in _failure_types():
-        fail(ValueError(f"unknown failure type {failure_type!r}; one of {', '.join(_failure_types())}"))
-    filters = ExportFilters(since=_since(since), failure_type=failure_type, include_recovered=include_recovered)
     keyframes = settings.memory_dir / "keyframes"
     try:
         store = processes.open_store(settings)
@@ -217,8 +250,10 @@ def export_hard_cases(
             summary = export_lerobot(store, output, keyframes, filters, fps=DEFAULT_FPS if fps is None else fps)
     except (InfraError, EvidenceError, ExportError, OSError) as exc:
         fail(exc)
+    kinds = f"{summary.failed} failed, {summary.recovered} recovered" + (
+        f", {summary.succeeded} successes" if summary.succeeded else "")
     console.print(f"wrote {summary.format} export to {summary.output}: {summary.episodes} episodes "
-                  f"({summary.failed} failed, {summary.recovered} recovered), {summary.frames} steps, "
+                  f"({kinds}), {summary.frames} steps, "
                   f"{summary.keyframes} keyframes" + (f", {summary.keyframes_missing} keyframe references without "
                                                       "a file" if summary.keyframes_missing else ""))
     for episode_id, reason in summary.skipped.items():

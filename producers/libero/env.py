@@ -360,6 +360,9 @@ class LiberoEnv(ModelIndex, ModelEdits):
     def _render(self, size: int, camera: str) -> np.ndarray:
         if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= 1024:
             raise ValueError(f"frame size must be an int in [16, 1024], got {size!r}")
+        if camera not in self.camera_names:
+            raise LiberoEnvError(f"scenario {self.spec.scenario_id} has no camera {camera!r}; its cameras: "
+                                 f"{', '.join(self.camera_names)}")
         renderer = self._renderers.get(size)
         if renderer is None:
             try:
@@ -373,6 +376,11 @@ class LiberoEnv(ModelIndex, ModelEdits):
             self._scene_option.geomgroup[0] = 0  # collision geoms hidden, as robosuite renders them
         renderer.update_scene(self.data, camera=camera, scene_option=self._scene_option)
         return renderer.render().copy()
+
+    @property
+    def camera_names(self) -> tuple[str, ...]:
+        """The scene's cameras, by the names render_keyframe and RolloutRequested.cameras take."""
+        return tuple(self.model.camera(i).name for i in range(self.model.ncam))
 
     def render_keyframe(self, size: int = 128, camera: str = KEYFRAME_CAMERA) -> np.ndarray:
         """An upright RGB frame, uint8 (size, size, 3)."""

@@ -41,6 +41,7 @@ from typing import Any
 
 from producers.commits import Committer
 from producers.env_cache import EnvCache
+from producers.episode import requested_cameras
 from producers.keyframes import KeyframeStore
 from producers.libero.exceptions import LiberoError
 from producers.parent_death import die_with_parent
@@ -161,7 +162,9 @@ def run_seeds(request: dict, seeds: list[int], keyframe_root: str,
         for seed in seeds:
             env = _cached_env(scenario, True)
             identity = episode_identity(request, scenario, model, seed, _simulator)
-            summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every),
+            cameras, camera_size = requested_cameras(request, env)
+            summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every,
+                                             cameras=cameras, camera_size=camera_size),
                                      _publisher, identity, keyframes)
             if summary.termination == "env_error":  # do not reuse an env whose simulation raised
                 _drop_env(scenario, True)

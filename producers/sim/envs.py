@@ -125,7 +125,7 @@ class SimEnv:
             )
         except Exception as exc:  # robosuite raises bare AssertionError/RandomizationError
             raise EnvError(f"cannot build {spec.env_name} for scenario {spec.scenario_id}: {exc!r}") from exc
-        self._renderer: mujoco.Renderer | None = None
+        self._renderers: dict[int, mujoco.Renderer] = {}  # by frame size: keyframes and camera frames differ
         self._scene_option: mujoco.MjvOption | None = None
         self._index_model()
         self.steps = 0
@@ -429,33 +429,42 @@ class SimEnv:
             raise KeyframeError(f"render_keyframe() before reset() on scenario {self.spec.scenario_id}")
         if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= 1024:
             raise ValueError(f"keyframe size must be an int in [16, 1024], got {size!r}")
-        if self._renderer is None or self._renderer.height != size:
-            self._close_renderer()
+        if camera not in self.camera_names:
+            raise KeyframeError(f"scenario {self.spec.scenario_id} has no camera {camera!r}; its cameras: "
+                                f"{', '.join(self.camera_names)}")
+        renderer = self._renderers.get(size)
+        if renderer is None:
             try:
-                self._renderer = mujoco.Renderer(self.model, size, size)
+                renderer = self._renderers[size] = mujoco.Renderer(self.model, size, size)
             except Exception as exc:
                 raise KeyframeError(f"cannot create an offscreen renderer (MUJOCO_GL="
                                     f"{os.environ.get('MUJOCO_GL')!r}): {exc!r}") from exc
             _track_renderer(self)
-            flags = self._renderer.scene.flags
+            flags = renderer.scene.flags
             flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
             flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
             flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = 0
+        if self._scene_option is None:
             self._scene_option = mujoco.MjvOption()
             self._scene_option.geomgroup[0] = 0
         try:
-            self._renderer.update_scene(self.data, camera=camera, scene_option=self._scene_option)
-            return self._renderer.render().copy()
+            renderer.update_scene(self.data, camera=camera, scene_option=self._scene_option)
+            return renderer.render().copy()
         except Exception as exc:
             raise KeyframeError(f"render failed on scenario {self.spec.scenario_id}: {exc!r}") from exc
 
+    @property
+    def camera_names(self) -> tuple[str, ...]:
+        """The scene's cameras, by the names render_keyframe and RolloutRequested.cameras take."""
+        return tuple(self.model.camera(i).name for i in range(self.model.ncam))
+
     def _close_renderer(self) -> None:
-        if self._renderer is not None:
+        for renderer in self._renderers.values():
             try:
-                self._renderer.close()
+                renderer.close()
             except Exception:  # EGL teardown errors at close carry no information for us
                 pass
-            self._renderer = None
+        self._renderers.clear()
 
     def close(self) -> None:
         """Frees the renderer and the robosuite env."""

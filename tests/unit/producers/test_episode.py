@@ -127,3 +127,20 @@ def test_the_loop_imports_no_simulator():
             "print(sorted(m for m in ('robosuite', 'mujoco', 'producers.sim') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_requested_cameras_are_checked_against_the_scene():
+    from types import SimpleNamespace
+
+    from producers.episode import requested_cameras
+
+    env = SimpleNamespace(camera_names=("agentview", "robot0_eye_in_hand"))
+    request = {"request_id": "req-1", "scenario": {"scenario_id": "lift-base"}, "camera_size": 64}
+    assert requested_cameras({**request, "cameras": []}, env) == ((), 64)
+    assert requested_cameras({**request, "cameras": ["agentview"]}, env) == (("agentview",), 64)
+    with pytest.raises(ValueError, match=r"req-1.*\['wrist'\].*lift-base has: agentview, robot0_eye_in_hand"):
+        requested_cameras({**request, "cameras": ["agentview", "wrist"]}, env)
+    with pytest.raises(ValueError, match="twice"):
+        requested_cameras({**request, "cameras": ["agentview", "agentview"]}, env)
+    with pytest.raises(ValueError, match="16-1024"):
+        requested_cameras({**request, "cameras": ["agentview"], "camera_size": 4}, env)

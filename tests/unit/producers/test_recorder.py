@@ -367,3 +367,34 @@ def test_arrays_and_tuples_are_taken_and_what_was_recorded_does_not_change_after
     assert steps[0]["object_poses"][0]["pos"] == [0.0, 0.0, 0.82]
     assert {k: v for k, v in steps[0].items() if k not in ("envelope", "episode_id")} == \
         {k: v for k, v in steps[1].items() if k not in ("envelope", "episode_id")}
+
+
+# -- camera frames -------------------------------------------------------------------------------
+
+def test_camera_frames_are_stored_by_hash_and_the_step_names_them(tmp_path):
+    from producers.keyframes import KeyframeStore
+
+    store = KeyframeStore(tmp_path)
+    recorder, sink = _recorder(keyframes=store)
+    recorder.start()
+    rng = np.random.default_rng(0)
+    seen = [{"agentview": rng.integers(0, 255, (16, 16, 3), dtype=np.uint8),
+             "wrist": rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)} for _ in range(3)]
+    for frames in seen:
+        recorder.step([0.0] * 7, SIGNALS, 0.5, frames=frames)
+    recorder.end(False, "timeout")
+    steps = [e for e in sink.events if e["envelope"]["event_type"] == "Step"]
+    assert [sorted(s["frames"]) for s in steps] == [["agentview", "wrist"]] * 3
+    for step, frames in zip(steps, seen, strict=True):
+        for camera, image in frames.items():
+            assert np.array_equal(store.get(step["frames"][camera]), image)
+
+
+def test_steps_without_cameras_carry_no_frames_and_frames_need_a_store():
+    recorder, sink = _recorder()
+    recorder.start()
+    _step(recorder, 2)
+    with pytest.raises(ValueError, match="keyframe store"):
+        recorder.step([0.0] * 7, SIGNALS, 0.5, frames={"agentview": np.zeros((16, 16, 3), np.uint8)})
+    recorder.end(False, "timeout")
+    assert [e["frames"] for e in sink.events if e["envelope"]["event_type"] == "Step"] == [{}, {}]

@@ -38,6 +38,27 @@ def test_keyframe_every(lift_env):
     assert episode.outcome.final_keyframe.shape == (64, 64, 3)
 
 
+def test_cameras_render_every_step_before_the_action_and_change_nothing(lift_env):
+    with_cameras = Episode(lift_env, OracleScripted(), 2, cameras=("agentview", "robot0_eye_in_hand"), camera_size=32)
+    records = list(with_cameras)
+    plain = list(Episode(lift_env, OracleScripted(), 2))
+    assert [r.action for r in records] == [r.action for r in plain]  # rendering moves no physics
+    assert with_cameras.outcome.termination == "success"
+    assert all(set(r.frames) == {"agentview", "robot0_eye_in_hand"} for r in records)
+    assert all(f.shape == (32, 32, 3) and f.dtype == np.uint8 for r in records for f in r.frames.values())
+    # the wrist camera rides with the hand: its view changes as the arm moves to the cube
+    wrist = [r.frames["robot0_eye_in_hand"].astype(int) for r in records]
+    assert np.abs(wrist[0] - wrist[len(wrist) // 2]).mean() > 1.0
+    assert all(r.frames is None for r in plain)
+
+
+def test_an_unknown_camera_ends_the_episode_as_env_error_naming_the_cameras(lift_env):
+    episode = Episode(lift_env, OracleScripted(), 0, cameras=("nosuchcam",))
+    assert list(episode) == []
+    assert episode.outcome.termination == "env_error"
+    assert "nosuchcam" in episode.outcome.error and "agentview" in episode.outcome.error
+
+
 def test_policy_error_is_reported_not_raised(lift_env):
     out, steps = run_episode(lift_env, Broken(), 0)
     assert out.termination == "policy_error" and not out.success and steps == []
