@@ -20,7 +20,6 @@ The interpreter: the first Python 3.12 found (``python3.12`` on PATH that runs, 
 
 from __future__ import annotations
 
-import argparse
 import glob
 import hashlib
 import json
@@ -30,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra import side_venv
 from infra.exceptions import LeRobotSetupError
 from infra.side_venv import base_environ, default_cache_root, run
 
@@ -128,22 +128,7 @@ def check(venv: LeRobotVenv) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.lerobot_venv")
-    parser.add_argument("command", choices=("build", "check", "path"))
-    parser.add_argument("--cache-root", type=Path, default=None)
-    parser.add_argument("--force", action="store_true")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "build":
-            build(args.cache_root, force=args.force)
-        elif args.command == "check":
-            print(json.dumps(check(LeRobotVenv.at(args.cache_root))))
-        else:
-            print(LeRobotVenv.at(args.cache_root).python)
-    except LeRobotSetupError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return side_venv.main(argv, "python -m infra.lerobot_venv", LeRobotVenv.at, build, check, LeRobotSetupError)
 
 
 if __name__ == "__main__":

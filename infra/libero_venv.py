@@ -27,7 +27,6 @@ which torch or robosuite 1.5 is importable.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
@@ -36,6 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra import side_venv
 from infra.exceptions import LiberoSetupError
 from infra.side_venv import base_environ, default_cache_root, run
 
@@ -213,22 +213,7 @@ def check(venv: LiberoVenv, project_root: Path = ROOT) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.libero_venv")
-    parser.add_argument("command", choices=("build", "check", "path"))
-    parser.add_argument("--cache-root", type=Path, default=None)
-    parser.add_argument("--force", action="store_true")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "build":
-            build(args.cache_root, force=args.force)
-        elif args.command == "check":
-            print(json.dumps(check(LiberoVenv.at(args.cache_root))))
-        else:
-            print(LiberoVenv.at(args.cache_root).python)
-    except LiberoSetupError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return side_venv.main(argv, "python -m infra.libero_venv", LiberoVenv.at, build, check, LiberoSetupError)
 
 
 if __name__ == "__main__":

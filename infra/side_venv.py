@@ -4,8 +4,12 @@ package registries, and processes in them get a small, explicit environment."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # What a process in a side venv keeps of ours: the BLAS variables stay as the machine set them
@@ -27,3 +31,24 @@ def run(cmd: list[str], what: str, log, error: type[Exception]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise error(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-3000:]}")
+
+
+def main(argv: list[str] | None, prog: str, at: Callable, build: Callable, check: Callable,
+         error: type[Exception]) -> int:
+    """``build | check | path`` of one side venv (``at(cache_root)`` locates it); exit 1 on ``error``."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("command", choices=("build", "check", "path"))
+    parser.add_argument("--cache-root", type=Path, default=None)
+    parser.add_argument("--force", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            build(args.cache_root, force=args.force)
+        elif args.command == "check":
+            print(json.dumps(check(at(args.cache_root))))
+        else:
+            print(at(args.cache_root).python)
+    except error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,4 +1,4 @@
-"""Fixtures of the integration tests that need the LIBERO venv."""
+"""Fixtures of the integration tests that need a side venv (LIBERO's, LeRobot's)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,21 @@ from infra.lerobot_venv import LeRobotVenv
 from infra.libero_venv import LiberoVenv
 
 
+def _ready(venv, what: str, require: str):
+    """The venv `sepa-eval <what> setup` built. Missing: the test is skipped, or fails when the
+    ``require`` variable is 1 (CI builds the venvs first)."""
+    if not venv.ready():
+        if os.environ.get(require) == "1":
+            pytest.fail(f"{what} is not set up at {venv.root} and {require}=1")
+        pytest.skip(f"{what} is not set up (sepa-eval {what.lower()} setup)")
+    return venv
+
+
 @pytest.fixture(scope="session")
 def libero_venv() -> LiberoVenv:
-    """The LIBERO venv `sepa-eval libero setup` built. Missing: the test is skipped, or fails when
-    SEPA_TEST_REQUIRE_LIBERO=1 (CI builds the venv first)."""
-    venv = LiberoVenv.at()
-    if not venv.ready():
-        if os.environ.get("SEPA_TEST_REQUIRE_LIBERO") == "1":
-            pytest.fail(f"LIBERO is not set up at {venv.root} and SEPA_TEST_REQUIRE_LIBERO=1")
-        pytest.skip("LIBERO is not set up (sepa-eval libero setup)")
-    return venv
+    return _ready(LiberoVenv.at(), "LIBERO", "SEPA_TEST_REQUIRE_LIBERO")
 
 
 @pytest.fixture(scope="session")
 def lerobot_venv() -> LeRobotVenv:
-    """The LeRobot venv `sepa-eval lerobot setup` built. Missing: the test is skipped, or fails when
-    SEPA_TEST_REQUIRE_LEROBOT=1 (CI builds the venv first)."""
-    venv = LeRobotVenv.at()
-    if not venv.ready():
-        if os.environ.get("SEPA_TEST_REQUIRE_LEROBOT") == "1":
-            pytest.fail(f"LeRobot is not set up at {venv.root} and SEPA_TEST_REQUIRE_LEROBOT=1")
-        pytest.skip("LeRobot is not set up (sepa-eval lerobot setup)")
-    return venv
+    return _ready(LeRobotVenv.at(), "LeRobot", "SEPA_TEST_REQUIRE_LEROBOT")
