@@ -104,7 +104,8 @@ def sweep_request(scenario: dict, model_id: str, model_version: str, seeds: list
     request_id = "req-" + stable_id("sweep", scenario["scenario_id"], model_id, model_version, tuple(seeds))[:20]
     return make_event("RolloutRequested", (request_id,), SWEEPS, SWEEPS, event_time=event_time,
                       request_id=request_id, scenario_id=scenario["scenario_id"], scenario=scenario,
-                      model_id=model_id, seeds=list(seeds), purpose="sweep", keyframe_every=0)
+                      model_id=model_id, seeds=list(seeds), purpose="sweep", keyframe_every=0, cameras=[],
+                      camera_size=128)
 
 
 # -- what a pool process keeps between requests ---------------------------------------------

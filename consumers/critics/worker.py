@@ -110,7 +110,7 @@ def validation_request(candidate: records.CandidateProposed | Mapping, scenario:
     return make_event("RolloutRequested", (request_id,), CONSUMER, run_id,
                       event_time=candidate.envelope.event_time, request_id=request_id,
                       scenario_id=scenario["scenario_id"], scenario=dict(scenario), model_id=model_id, seeds=seeds,
-                      purpose="validation", keyframe_every=keyframe_every)
+                      purpose="validation", keyframe_every=keyframe_every, cameras=[], camera_size=128)
 
 
 class CriticsWorker:
