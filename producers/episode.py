@@ -81,17 +81,20 @@ class Episode:
     """Iterate to run the episode; read ``outcome`` (and ``initial_signals``) afterwards.
 
     ``stop_on_success=False`` runs to the horizon whatever happens (the rule then decides there).
-    ``cameras`` are rendered at every step before the policy acts (``camera_size`` square): the
-    frames a pixel policy would see, for demonstrations; rendering changes no physics, so the
-    episode is the same with or without them."""
+    ``cameras`` are rendered at every step before the policy acts (``camera_size`` square) and
+    recorded: demonstrations with pixels. ``policy_cameras`` are rendered the same way and given to
+    the policy in its observation as ``<camera>_image`` (robosuite's name for a camera observation):
+    what a pixel policy sees. Rendering changes no physics, so the episode of a policy that does not
+    look is the same with or without either."""
 
     def __init__(self, env: BenchmarkEnv, policy: Any, seed: int, *, rule: SuccessRule, keyframe_every: int = 0,
                  keyframe_size: int = 128, stop_on_success: bool = True, cameras: tuple[str, ...] = (),
-                 camera_size: int = 128):
+                 camera_size: int = 128, policy_cameras: tuple[str, ...] = (), policy_camera_size: int = 128):
         if keyframe_every < 0:
             raise ValueError(f"keyframe_every must be >= 0, got {keyframe_every!r}")
-        if cameras and not env.keyframes:
-            raise ValueError(f"cameras {list(cameras)} asked of an env built without keyframes=True")
+        if (cameras or policy_cameras) and not env.keyframes:
+            raise ValueError(f"cameras {list(cameras) + list(policy_cameras)} asked of an env built without "
+                             "keyframes=True")
         for name in ("hold_steps", "hold_steps_at_horizon"):
             if getattr(rule, name) < 1:
                 raise ValueError(f"success_hold_steps must be >= 1, got {getattr(rule, name)!r}")
@@ -101,6 +104,7 @@ class Episode:
         self.keyframe_size = keyframe_size
         self.stop_on_success = stop_on_success
         self.cameras, self.camera_size = tuple(cameras), camera_size
+        self.policy_cameras, self.policy_camera_size = tuple(policy_cameras), policy_camera_size
         self.initial_signals: dict[str, Any] | None = None
         self.outcome: EpisodeOutcome | None = None
 
@@ -138,10 +142,12 @@ class Episode:
             return
         for t in range(horizon):
             try:
-                frames = {camera: env.render_keyframe(self.camera_size, camera) for camera in self.cameras} or None
+                frames, seen = self._views()
             except Exception as exc:
                 self._finish(False, "env_error", t, total, None, f"step {t}: camera frames: {exc!r}")
                 return
+            if seen:
+                obs = {**obs, **seen}
             try:
                 action = np.asarray(policy.act(obs, signals), dtype=float)
                 if action.shape != (env.action_dim,) or not np.all(np.isfinite(action)):
@@ -170,6 +176,20 @@ class Episode:
         held = streak >= rule.hold_steps_at_horizon
         self._finish(held, "success" if held else "timeout", horizon, total, (horizon - streak) if held else None,
                      None)
+
+    def _views(self) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
+        """(the recorded frames by camera, or None; the policy's images by observation key), each
+        (camera, size) rendered once."""
+        rendered: dict[tuple[str, int], np.ndarray] = {}
+
+        def view(camera: str, size: int) -> np.ndarray:
+            if (camera, size) not in rendered:
+                rendered[camera, size] = self.env.render_keyframe(size, camera)
+            return rendered[camera, size]
+
+        frames = {camera: view(camera, self.camera_size) for camera in self.cameras}
+        seen = {f"{camera}_image": view(camera, self.policy_camera_size) for camera in self.policy_cameras}
+        return frames or None, seen
 
     def _finish(self, success: bool, termination: str, steps: int, total: float, tts: int | None,
                 error: str | None) -> None:

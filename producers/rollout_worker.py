@@ -205,7 +205,8 @@ def run_seeds(producer_config: dict, prefix: str, codec: Codec, request: dict, s
             env = _cached_env(adapter, scenario, True)
             cameras, camera_size = requested_cameras(request, env)
             summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every,
-                                             cameras=cameras, camera_size=camera_size),
+                                             cameras=cameras, camera_size=camera_size,
+                                             policy_cameras=model.cameras, policy_camera_size=model.camera_size),
                                      publisher, _identity(request, adapter, model, seed), keyframes)
             if summary.termination == "env_error":  # the simulator raised: do not reuse that env
                 _drop_env(scenario, True)
@@ -288,7 +289,8 @@ def _run_lane(index: int, lane: Lane, todo: queue.SimpleQueue, request: dict, mo
                 cameras, camera_size = requested_cameras(request, env)
                 summary = record_episode(Episode(env, model.make_policy(lane), seed,
                                                  keyframe_every=request["keyframe_every"], cameras=cameras,
-                                                 camera_size=camera_size),
+                                                 camera_size=camera_size, policy_cameras=model.cameras,
+                                                 policy_camera_size=model.camera_size),
                                          publisher, _identity(request, adapter, model, seed), keyframes)
                 if summary.termination == "env_error":
                     envs.drop(key)

@@ -8,8 +8,9 @@ non-finite chunk) raises PolicyServerError, which the rollout ends as ``policy_e
 
 What a request holds: the scenario's instruction as ``prompt``, and the observation either whole
 (every observation under its own name) or in the layout the server expects (``observation``: its
-key -> the observation keys whose values are flattened and concatenated under it, in order), as a
-models.yaml entry of kind "websocket" names it (producers/sim/models.py).
+key -> the observation keys whose values are flattened and concatenated under it, in order; a key
+naming one camera frame, ``<camera>_image``, gets it as the uint8 HxWx3 image it is), as a
+models.yaml entry of kind "websocket" names it (producers/sim/models.py, with its ``cameras``).
 
 A model with ``batch`` > 1 (models.yaml) is served in stacked calls: the requests of several envs
 (producers/lockstep.py) in one message, each observation key stacked on a leading axis of B,
@@ -101,6 +102,10 @@ def _stacked(requests: list[dict[str, Any]]) -> dict[str, Any]:
     return message
 
 
+def _is_image(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3
+
+
 class WebSocketPolicy:
     """A Policy (reset/act) backed by an openpi policy server: on a connection of its own, or
     through a lock-step ``lane`` (producers/lockstep.py) that calls the server for several envs."""
@@ -149,6 +154,9 @@ class WebSocketPolicy:
                 raise PolicyServerError(f"policy server {self.uri} expects {key!r} from observation "
                                         f"{', '.join(map(repr, missing))}, which the simulator does not give "
                                         f"(it gives {', '.join(sorted(obs))})")
+            if len(sources) == 1 and _is_image(obs[sources[0]]):
+                request[key] = obs[sources[0]]  # a camera's frame goes as the image it is (uint8 HxWx3)
+                continue
             parts = [np.asarray(obs[s], dtype=float).ravel() for s in sources]
             request[key] = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return request

@@ -16,9 +16,17 @@ under its own name). It has no ``skill`` and no ``rank``; it is swept and valida
       kind: websocket
       uri: ws://127.0.0.1:8000
       action_dim: 7
-      observation: {observation/state: [robot0_eef_pos, robot0_eef_quat, robot0_gripper_qpos]}
+      observation: {observation/state: [robot0_eef_pos, robot0_eef_quat, robot0_gripper_qpos],
+                    observation/image: [agentview_image]}
+      cameras: [agentview]   # optional: what the policy sees, rendered before every action
+      camera_size: 128       # optional: side of its square frames, pixels
       batch: 8          # optional: observations per call (a server that answers a stacked batch)
       concurrency: 2    # optional: calls each rollout process keeps in flight
+
+``cameras`` are rendered before every action and given to the policy as ``<camera>_image``
+(uint8, camera_size x camera_size x 3; robosuite's own name for a camera observation), so a layout
+key naming one such image alone sends it as the image it is, not flattened into numbers. They are
+part of the registration: a policy that sees other pixels is another model.
 
 ``batch`` and ``concurrency`` (both 1 when left out: one observation per call, the openpi
 protocol as it is) make a rollout process step batch x concurrency envs in lock-step
@@ -52,11 +60,11 @@ MODEL_KINDS = (*POLICY_KINDS, WEBSOCKET)
 # The most envs a rollout process steps for one model (batch x concurrency): each lane keeps up to
 # ENV_CACHE_SIZE (4) envs of ~10 MB, one per recent scenario.
 MAX_LANES = 64
-_OPTIONAL_KEYS = {"description", "rank", "observation", "batch", "concurrency"}
+_OPTIONAL_KEYS = {"description", "rank", "observation", "batch", "concurrency", "cameras", "camera_size"}
 # The keys of each kind (scripted and oracle: a skill; websocket: a policy server).
 _SCRIPTED_KEYS = {"model_id", "version", "kind", "description", "skill", "rank"}
 _WEBSOCKET_KEYS = {"model_id", "version", "kind", "description", "uri", "action_dim", "observation", "batch",
-                   "concurrency"}
+                   "concurrency", "cameras", "camera_size"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +81,8 @@ class ModelConfig:
     observation: dict[str, tuple[str, ...]] | None = field(default=None, hash=False)
     batch: int = 1  # websocket only: observations per call
     concurrency: int = 1  # websocket only: calls in flight per rollout process
+    cameras: tuple[str, ...] = ()  # websocket only: cameras the policy sees, as obs["<camera>_image"]
+    camera_size: int = 128  # websocket only: side of those frames, pixels
 
     def __post_init__(self) -> None:
         for name in ("model_id", "version"):
@@ -85,9 +95,10 @@ class ModelConfig:
             self._check_policy_server()
         elif not isinstance(self.skill, Skill):
             raise ModelConfigError(f"model {self.model_id!r}: skill must be a Skill, got {self.skill!r}")
-        elif (self.uri, self.action_dim, self.observation, self.batch, self.concurrency) != (None, None, None, 1, 1):
-            raise ModelConfigError(f"model {self.model_id!r}: uri, action_dim, observation, batch and concurrency "
-                                   f"are for kind {WEBSOCKET!r}, not {self.kind!r}")
+        elif (self.uri, self.action_dim, self.observation, self.batch, self.concurrency, self.cameras,
+              self.camera_size) != (None, None, None, 1, 1, (), 128):
+            raise ModelConfigError(f"model {self.model_id!r}: uri, action_dim, observation, batch, concurrency, "
+                                   f"cameras and camera_size are for kind {WEBSOCKET!r}, not {self.kind!r}")
         if self.kind == "oracle" and self.skill != Skill():
             raise ModelConfigError(f"model {self.model_id!r}: an oracle has perfect skill, got {self.skill!r}")
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int)
@@ -113,6 +124,14 @@ class ModelConfig:
         if self.lanes > MAX_LANES:
             raise ModelConfigError(f"{where}: batch x concurrency = {self.lanes} envs per rollout process, more "
                                    f"than {MAX_LANES}")
+        cameras = self.cameras
+        if not isinstance(cameras, (list, tuple)) or not all(isinstance(c, str) and c for c in cameras) \
+                or len(set(cameras)) != len(cameras):
+            raise ModelConfigError(f"{where}: cameras must be a list of distinct camera names, got {cameras!r}")
+        object.__setattr__(self, "cameras", tuple(cameras))
+        if isinstance(self.camera_size, bool) or not isinstance(self.camera_size, int) \
+                or not 16 <= self.camera_size <= 1024:
+            raise ModelConfigError(f"{where}: camera_size must be an integer from 16 to 1024, got {self.camera_size!r}")
         if self.observation is None:
             return
         if not isinstance(self.observation, dict) or not self.observation:
@@ -149,6 +168,9 @@ class ModelConfig:
         """ModelRegistered.params (a string map): the skill, or where the policy server is and what it takes."""
         if self.kind == WEBSOCKET:
             params = {"uri": self.uri, "action_dim": str(self.action_dim)}
+            if self.cameras:
+                params["cameras"] = json.dumps(list(self.cameras))
+                params["camera_size"] = str(self.camera_size)
             if self.observation is not None:
                 params["observation"] = json.dumps({k: list(v) for k, v in self.observation.items()}, sort_keys=True)
             return params
@@ -169,7 +191,8 @@ def _entry(path: Path, index: int, raw: Any) -> ModelConfig:
             return ModelConfig(model_id=raw["model_id"], version=raw["version"], kind=WEBSOCKET,
                                description=raw.get("description", ""), uri=raw["uri"], action_dim=raw["action_dim"],
                                observation=raw.get("observation"), batch=raw.get("batch", 1),
-                               concurrency=raw.get("concurrency", 1))
+                               concurrency=raw.get("concurrency", 1), cameras=raw.get("cameras", ()),
+                               camera_size=raw.get("camera_size", 128))
         skill_raw = raw["skill"]
         if not isinstance(skill_raw, dict):
             raise ModelConfigError(f"{where}: skill must be a mapping, got {skill_raw!r}")

@@ -49,13 +49,15 @@ class Episode(episode.Episode):
 
     def __init__(self, env: SimEnv, policy: Policy, seed: int, *, perturbations: Sequence[Push] = (),
                  keyframe_every: int = 0, keyframe_size: int = 128, stop_on_success: bool = True,
-                 success_hold_steps: int | None = None, cameras: tuple[str, ...] = (), camera_size: int = 128):
+                 success_hold_steps: int | None = None, cameras: tuple[str, ...] = (), camera_size: int = 128,
+                 policy_cameras: tuple[str, ...] = (), policy_camera_size: int = 128):
         if success_hold_steps is None:
             success_hold_steps = hold_steps(env.spec)
         # robosuite's success: held for the hold, before the horizon and at it alike
         super().__init__(env, policy, seed, rule=SuccessRule(success_hold_steps, success_hold_steps),
                          keyframe_every=keyframe_every, keyframe_size=keyframe_size, stop_on_success=stop_on_success,
-                         cameras=cameras, camera_size=camera_size)
+                         cameras=cameras, camera_size=camera_size, policy_cameras=policy_cameras,
+                         policy_camera_size=policy_camera_size)
         self.perturbations = tuple(perturbations)
         self.success_hold_steps = success_hold_steps
 

@@ -122,6 +122,7 @@ class PolicyServer:
         self.requests = 0
         self.prompts: list[str] = []
         self.keys: set[str] = set()  # every observation key a request carried
+        self.last: dict = {}  # the last request
         self.server = serve(self._handle, "127.0.0.1", 0, compression=None, max_size=None)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         host, port = self.server.socket.getsockname()[:2]
@@ -132,6 +133,7 @@ class PolicyServer:
         for message in conn:
             self.requests += 1
             obs = msgpack_numpy.unpackb(message)
+            self.last = obs
             self.prompts.append(obs.get("prompt"))
             self.keys |= set(obs)
             if self.close_after is not None and self.requests > self.close_after:
@@ -155,9 +157,9 @@ def lift_env():
     env.close()
 
 
-def run_against(env, uri: str, seed: int = 0):
-    policy = WebSocketPolicy(uri, action_dim=env.action_dim, connect_timeout_s=5)
-    episode = Episode(env, policy, seed)
+def run_against(env, uri: str, seed: int = 0, observation=None, cameras=()):
+    policy = WebSocketPolicy(uri, action_dim=env.action_dim, connect_timeout_s=5, observation=observation)
+    episode = Episode(env, policy, seed, policy_cameras=cameras, policy_camera_size=32)
     steps = list(episode)
     policy.close()
     return episode.outcome, steps
@@ -171,6 +173,20 @@ def test_well_behaved_policy_server_runs_to_timeout(lift_env):
     assert server.requests == 5  # one request per 4-action chunk
     assert server.prompts[0] == "lift the cube"
     assert all(s.action == [0.0] * 7 for s in steps)
+
+
+def test_a_pixel_policy_gets_its_cameras_frames_with_every_request():
+    env = make_env(lift_spec(20), keyframes=True)  # rendering needs it (the rollout worker's envs have it)
+    layout = {"observation/image": ("agentview_image",), "observation/wrist_image": ("robot0_eye_in_hand_image",),
+              "observation/state": ("robot0_eef_pos",)}
+    with PolicyServer(lambda: np.zeros((4, 7))) as server:
+        outcome, steps = run_against(env, server.uri, observation=layout, cameras=("agentview", "robot0_eye_in_hand"))
+    env.close()
+    assert outcome.termination == "timeout" and server.requests == 5
+    image, wrist = server.last["observation/image"], server.last["observation/wrist_image"]
+    assert image.dtype == np.uint8 and image.shape == wrist.shape == (32, 32, 3)
+    assert image.std() > 5 and not np.array_equal(image, wrist)  # two real views, not blank frames
+    assert server.last["observation/state"].shape == (3,)
 
 
 def test_server_that_disconnects_ends_the_episode_as_policy_error(lift_env):

@@ -64,6 +64,9 @@ def test_a_websocket_entry_names_its_server_and_makes_a_websocket_policy(tmp_pat
     ("    batch: 0\n", r"batch must be an integer from 1 to 64, got 0"),
     ("    concurrency: two\n", r"concurrency must be an integer from 1 to 64, got 'two'"),
     ("    batch: 16\n    concurrency: 8\n", r"batch x concurrency = 128 envs per rollout process, more than 64"),
+    ("    cameras: agentview\n", r"cameras must be a list of distinct camera names, got 'agentview'"),
+    ("    cameras: [agentview, agentview]\n", r"cameras must be a list of distinct camera names"),
+    ("    camera_size: 8\n", r"camera_size must be an integer from 16 to 1024, got 8"),
 ])
 def test_a_malformed_websocket_entry_is_refused_naming_the_entry_and_value(tmp_path, change, error):
     lines = [line for line in VLA.splitlines(keepends=True)
@@ -120,4 +123,24 @@ def test_batch_and_concurrency_set_the_lanes_and_leave_the_registration_alone(tm
     batch: 4
 """
     with pytest.raises(ModelConfigError, match=r"models\[1\] \(kind 'scripted'\): .*unknown keys \['batch'\]"):
+        load_models(registry(tmp_path, scripted))
+
+
+def test_a_pixel_policy_names_its_cameras_in_the_registration_and_gets_images_unflattened(tmp_path):
+    entry = VLA.replace("observation: {", "cameras: [agentview]\n    camera_size: 32\n    observation: "
+                                          "{observation/image: agentview_image, ")
+    _, vla = load_models(registry(tmp_path, entry))
+    assert (vla.cameras, vla.camera_size) == (("agentview",), 32)
+    assert json.loads(vla.params()["cameras"]) == ["agentview"] and vla.params()["camera_size"] == "32"
+    image = np.arange(32 * 32 * 3, dtype=np.uint8).reshape(32, 32, 3)
+    request = vla.make_policy()._layout({"agentview_image": image, "robot0_eef_pos": np.zeros(3),
+                                         "robot0_gripper_qpos": np.zeros(1), "goal_pos": np.zeros(3)})
+    assert request["observation/image"].dtype == np.uint8 and np.array_equal(request["observation/image"], image)
+    scripted = """  - model_id: s
+    version: "1"
+    kind: scripted
+    skill: {action_noise: 0.1}
+    cameras: [agentview]
+"""
+    with pytest.raises(ModelConfigError, match=r"unknown keys \['cameras'\]"):
         load_models(registry(tmp_path, scripted))
