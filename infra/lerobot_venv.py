@@ -8,11 +8,13 @@ LeRobot 0.6.1 needs Python >= 3.12 and torch, and the project runs on 3.11 with 
     python -m infra.lerobot_venv check                                  # exit 1 when not set up
     python -m infra.lerobot_venv path                                   # the venv's python
 
-What goes in: ``lerobot[dataset]`` at LEROBOT_VERSION with torch and PyAV pinned (PINS). PyPI's
+What goes in: ``lerobot[dataset]`` at LEROBOT_VERSION with torch and PyAV pinned (PINS), and what
+the learned policies' openpi servers speak with (websockets, msgpack, openpi-client's msgpack-numpy). PyPI's
 torch for Linux is the CUDA build (~3 GB with its nvidia wheels); it runs on the CPU. torchcodec
 installs but cannot load here (no system FFmpeg), so readers pass ``video_backend="pyav"``.
-Nothing of this project is installed in it: what runs there (tests/integration/lerobot_reader.py)
-imports LeRobot only and reads our files, as a LeRobot user would.
+Nothing of this project is installed in it: the parity check (tests/integration/lerobot_parity.py)
+imports LeRobot only and reads our files, as a LeRobot user would; the learned policies
+(producers/learned/) run there with this checkout on PYTHONPATH (``environ(project_root)``).
 
 The interpreter: the first Python 3.12 found (``python3.12`` on PATH that runs, else pyenv's
 ``~/.pyenv/versions/3.12.*``). A stamp records the pins; a changed pin rebuilds.
@@ -36,7 +38,10 @@ from infra.side_venv import base_environ, default_cache_root, run
 LEROBOT_VERSION = "0.6.1"
 # torch 2.11.0 is what lerobot 0.6.1 resolved to when this was written; av is LeRobot's own pin range
 # and the version the project's exporter encodes with (pyproject.toml).
-PINS = (f"lerobot[dataset]=={LEROBOT_VERSION}", "torch==2.11.0", "av==15.1.0")
+PINS = (f"lerobot[dataset]=={LEROBOT_VERSION}", "torch==2.11.0", "av==15.1.0", "websockets==17.4", "msgpack==1.2.4")
+# openpi's wire format (msgpack-numpy) for the learned policies' servers; its declared numpy < 2 is
+# for its image tools, which the servers do not use, so it goes in without its dependencies.
+NO_DEPS_PINS = ("openpi-client==0.1.2",)
 STAMP = "sepa-lerobot-venv.json"
 PYTHON = "3.12"
 
@@ -61,13 +66,17 @@ class LeRobotVenv:
         stamp = json.loads(self.stamp_path.read_text()) if self.stamp_path.exists() else {}
         return stamp.get("pins") == pins_digest() and self.python.exists()
 
-    def environ(self) -> dict[str, str]:
-        """A process in this venv: no hub downloads, ever (datasets are local directories)."""
-        return {**base_environ(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    def environ(self, project_root: Path | None = None) -> dict[str, str]:
+        """A process in this venv: no hub downloads, ever (datasets are local directories); with
+        ``project_root``, this checkout's code on the path (producers/learned/)."""
+        env = {**base_environ(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        if project_root is not None:
+            env["PYTHONPATH"] = str(project_root)
+        return env
 
 
 def pins_digest() -> str:
-    return hashlib.sha256(json.dumps(PINS).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([PINS, NO_DEPS_PINS]).encode()).hexdigest()[:16]
 
 
 def find_python() -> Path:
@@ -96,6 +105,7 @@ def build(cache_root: Path | None = None, force: bool = False, log=print) -> LeR
         run([str(find_python()), "-m", "venv", str(venv.root)], "create the venv", log, LeRobotSetupError)
     pip = [str(venv.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     run([*pip, *PINS], f"install LeRobot {LEROBOT_VERSION}", log, LeRobotSetupError)
+    run([*pip, "--no-deps", *NO_DEPS_PINS], "install openpi's client without its dependencies", log, LeRobotSetupError)
     report = check(venv)
     venv.stamp_path.write_text(json.dumps({"pins": pins_digest(), "packages": PINS, **report}, indent=1))
     log(f"LeRobot venv ready at {venv.root}")
@@ -107,6 +117,8 @@ import json
 import av, lerobot, torch
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.datasets.compute_stats import aggregate_stats, compute_episode_stats
+import websockets
+from openpi_client import msgpack_numpy
 print(json.dumps({"lerobot": lerobot.__version__, "torch": torch.__version__, "av": av.__version__,
                   "libsvtav1": "libsvtav1" in av.codecs_available}))
 """

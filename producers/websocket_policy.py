@@ -132,32 +132,36 @@ class WebSocketPolicy:
 
     def act(self, obs: dict[str, Any], signals: dict[str, Any]) -> np.ndarray:
         if self._chunk is None or self._cursor >= len(self._chunk):
-            self._chunk, self._cursor = self._request(obs), 0
+            self._chunk, self._cursor = self._request(obs, signals), 0
         action = self._chunk[self._cursor]
         self._cursor += 1
         return action
 
-    def _request(self, obs: dict[str, Any]) -> np.ndarray:
-        request = self._layout(obs)
+    def _request(self, obs: dict[str, Any], signals: dict[str, Any] | None = None) -> np.ndarray:
+        request = self._layout(obs, signals)
         request["prompt"] = self._instruction
         if self.lane is not None:
             return self.lane.infer(request)
         return self._connection.infer([request])[0]
 
-    def _layout(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+    def _layout(self, obs: dict[str, Any], signals: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """The request's observation. A layout's sources are observation keys, or else the Step's
+        numeric signals (``eef_pos``, ``joint_pos``, ``gripper_opening``, ...: the same numbers the
+        LeRobot export's ``observation.state`` holds, so a policy trained on it is served alike)."""
         if self.observation is None:
             return {k: np.asarray(v) for k, v in obs.items()}
+        found = {**(signals or {}), **obs}
         request = {}
         for key, sources in self.observation.items():
-            missing = [s for s in sources if s not in obs]
+            missing = [s for s in sources if s not in found]
             if missing:
                 raise PolicyServerError(f"policy server {self.uri} expects {key!r} from observation "
                                         f"{', '.join(map(repr, missing))}, which the simulator does not give "
-                                        f"(it gives {', '.join(sorted(obs))})")
-            if len(sources) == 1 and _is_image(obs[sources[0]]):
-                request[key] = obs[sources[0]]  # a camera's frame goes as the image it is (uint8 HxWx3)
+                                        f"(it gives {', '.join(sorted(found))})")
+            if len(sources) == 1 and _is_image(found[sources[0]]):
+                request[key] = found[sources[0]]  # a camera's frame goes as the image it is (uint8 HxWx3)
                 continue
-            parts = [np.asarray(obs[s], dtype=float).ravel() for s in sources]
+            parts = [np.asarray(found[s], dtype=float).ravel() for s in sources]
             request[key] = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return request
 

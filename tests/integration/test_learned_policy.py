@@ -1,0 +1,103 @@
+"""A policy that sees pixels, the whole path at toy size: oracle demonstrations recorded with two
+cameras, exported as a LeRobot dataset, trained for a few steps in the LeRobot venv through
+LeRobotDataset, served over openpi's protocol, and driven by the rollout loop as a user's VLA is.
+Its server answers a malformed observation with the reason and goes on serving. Nothing is timed;
+bench/learned.py measures what such policies achieve."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from openpi_client import msgpack_numpy
+from websockets.sync.client import connect
+
+import producers.sim  # noqa: F401  (headless GL before mujoco)
+from consumers.exports.lerobot import export_lerobot
+from consumers.exports.output import ExportFilters
+from producers.keyframes import KeyframeStore
+from producers.recorder import EpisodeIdentity, record_episode
+from producers.sim.envs import make_env
+from producers.sim.policies import OracleScripted
+from producers.sim.rollout import Episode
+from producers.websocket_policy import WebSocketPolicy
+from schemas.codec import Codec
+from schemas.scenario import ScenarioSpec
+from tests.store_events import store_events
+
+ROOT = Path(__file__).resolve().parents[2]
+CAMERAS = ("agentview", "robot0_eye_in_hand")
+SIZE = 32
+# The server's keys -> what the rollout loop gives: the cameras' frames, and the Step's signals that
+# make up the export's observation.state, in its order.
+LAYOUT = {"observation/images/agentview": ("agentview_image",),
+          "observation/images/robot0_eye_in_hand": ("robot0_eye_in_hand_image",),
+          "observation/state": ("joint_pos", "eef_pos", "eef_quat", "gripper_opening")}
+
+
+class Collect:
+    def __init__(self):
+        self.events, self.codec = [], Codec()
+
+    def publish(self, event: dict) -> None:
+        self.codec.encode(event)
+        self.events.append(event)
+
+
+def test_a_pixel_policy_trains_on_our_export_and_is_served_like_a_vla(lerobot_venv, store, tmp_path):
+    spec = ScenarioSpec(env_name="Lift", horizon=80, instruction="lift the cube")
+    env = make_env(spec, keyframes=True)
+    keyframes, sink = KeyframeStore(tmp_path / "keyframes"), Collect()
+    for seed in (0, 1):
+        identity = EpisodeIdentity(run_id="demos", benchmark="robosuite", task="Lift", scenario=spec.to_dict(),
+                                   model_id="oracle", model_version="1", seed=seed)
+        summary = record_episode(Episode(env, OracleScripted(), seed, cameras=CAMERAS, camera_size=SIZE), sink,
+                                 identity, keyframes)
+        assert summary.success
+    store_events(store, sink.events)
+    demos, policy_dir = tmp_path / "demos", tmp_path / "policy"
+    summary = export_lerobot(store, demos, tmp_path / "keyframes", ExportFilters(outcome="success", model_id="oracle"))
+    assert summary.episodes == 2
+
+    venv_env = lerobot_venv.environ(ROOT)
+    train = subprocess.run([str(lerobot_venv.python), "-m", "producers.learned.train", "--dataset", str(demos),
+                            "--output", str(policy_dir), "--steps", "5", "--batch", "4", "--chunk", "4"],
+                           env=venv_env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-3000:]
+    record = json.loads((policy_dir / "policy.json").read_text())
+    assert record["training"]["episodes"] == 2 and record["training"]["steps"] == 5
+    assert len(record["training"]["dataset_sha256"]) == 64 and record["policy"]["cameras"] == list(CAMERAS)
+
+    server = subprocess.Popen([str(lerobot_venv.python), "-m", "producers.learned.server", "--policy",
+                               str(policy_dir)], env=venv_env, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        died = server.stderr.read()[-3000:] if server.poll() is not None else ""
+        assert "serving policy on ws://127.0.0.1:" in line, (line, died)
+        uri = line.split(" on ")[1].strip()
+
+        # a malformed observation gets the reason, and the server serves the next one
+        with connect(uri, compression=None, max_size=None) as ws:
+            metadata = msgpack_numpy.unpackb(ws.recv())
+            assert metadata["cameras"] == list(CAMERAS) and metadata["chunk"] == 4
+            ws.send(msgpack_numpy.packb({"observation/state": np.zeros(3), "prompt": "lift the cube"}))
+            reply = msgpack_numpy.unpackb(ws.recv())
+            assert "actions" not in reply and "observation/images/agentview must be uint8 (32, 32, 3)" in reply["error"]
+            ws.send(b"\x00not msgpack")
+            assert "unreadable request" in msgpack_numpy.unpackb(ws.recv())["error"]
+
+        # the rollout loop drives it as it drives any websocket model
+        policy = WebSocketPolicy(uri, env.action_dim, observation=LAYOUT)
+        episode = Episode(env, policy, 1_000_000, policy_cameras=CAMERAS, policy_camera_size=SIZE)
+        steps = list(episode)
+        policy.close()
+        assert episode.outcome.termination in ("success", "timeout"), episode.outcome.error
+        assert len(steps) == episode.outcome.steps > 0
+        assert server.poll() is None  # alive after all of it
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        env.close()
