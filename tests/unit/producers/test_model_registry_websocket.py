@@ -144,3 +144,14 @@ def test_a_pixel_policy_names_its_cameras_in_the_registration_and_gets_images_un
 """
     with pytest.raises(ModelConfigError, match=r"unknown keys \['cameras'\]"):
         load_models(registry(tmp_path, scripted))
+
+
+def test_a_layout_may_name_the_steps_signals_and_the_observation_wins_a_shared_name():
+    from producers.websocket_policy import WebSocketPolicy
+
+    policy = WebSocketPolicy("ws://127.0.0.1:1", 7, observation={"observation/state": ("joint_pos", "gripper_opening"),
+                                                                 "observation/eef": ("eef_pos",)})
+    signals = {"joint_pos": [0.1, 0.2], "gripper_opening": 0.04, "eef_pos": [9.0, 9.0, 9.0]}
+    request = policy._layout({"eef_pos": np.array([1.0, 2.0, 3.0])}, signals)
+    assert request["observation/state"].tolist() == [0.1, 0.2, 0.04]
+    assert request["observation/eef"].tolist() == [1.0, 2.0, 3.0]
