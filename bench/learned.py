@@ -45,9 +45,8 @@ from producers.sim.envs import make_env  # noqa: E402
 from producers.sim.policies import OracleScripted  # noqa: E402
 from producers.sim.rollout import Episode  # noqa: E402
 from producers.websocket_policy import WebSocketPolicy  # noqa: E402
-from schemas.codec import Codec  # noqa: E402
 from schemas.scenario import ScenarioSpec  # noqa: E402
-from tests.store_events import store_events  # noqa: E402
+from tests.store_events import Collect, store_events  # noqa: E402
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 LAYOUT = {"observation/images/agentview": ("agentview_image",),
@@ -55,15 +54,6 @@ LAYOUT = {"observation/images/agentview": ("agentview_image",),
           "observation/state": ("joint_pos", "eef_pos", "eef_quat", "gripper_opening")}
 BASE = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube")
 GREEN = ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube", object_rgba=(0.1, 0.8, 0.2, 1.0))
-
-
-class Collect:
-    def __init__(self):
-        self.events, self.codec = [], Codec()
-
-    def publish(self, event: dict) -> None:
-        self.codec.encode(event)
-        self.events.append(event)
 
 
 def record_demos(work: Path, n: int, size: int) -> Path:

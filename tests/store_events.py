@@ -55,3 +55,15 @@ def event(event_type: str, natural_key: tuple, event_time, **fields) -> dict:
     blank = _blank(loader.expanded_schema(event_type))
     blank.pop("envelope")
     return make_event(event_type, natural_key, "test", "test-run", event_time=event_time, **{**blank, **fields})
+
+
+class Collect:
+    """A publisher that checks each event against its schema and keeps it (the recorder's side of
+    producers.publisher.Publisher), for recording episodes without a broker."""
+
+    def __init__(self):
+        self.events, self.codec = [], Codec()
+
+    def publish(self, event: dict) -> None:
+        self.codec.encode(event)
+        self.events.append(event)

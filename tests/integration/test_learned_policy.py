@@ -23,9 +23,8 @@ from producers.sim.envs import make_env
 from producers.sim.policies import OracleScripted
 from producers.sim.rollout import Episode
 from producers.websocket_policy import WebSocketPolicy
-from schemas.codec import Codec
 from schemas.scenario import ScenarioSpec
-from tests.store_events import store_events
+from tests.store_events import Collect, store_events
 
 ROOT = Path(__file__).resolve().parents[2]
 CAMERAS = ("agentview", "robot0_eye_in_hand")
@@ -35,15 +34,6 @@ SIZE = 32
 LAYOUT = {"observation/images/agentview": ("agentview_image",),
           "observation/images/robot0_eye_in_hand": ("robot0_eye_in_hand_image",),
           "observation/state": ("joint_pos", "eef_pos", "eef_quat", "gripper_opening")}
-
-
-class Collect:
-    def __init__(self):
-        self.events, self.codec = [], Codec()
-
-    def publish(self, event: dict) -> None:
-        self.codec.encode(event)
-        self.events.append(event)
 
 
 def test_a_pixel_policy_trains_on_our_export_and_is_served_like_a_vla(lerobot_venv, store, tmp_path):
