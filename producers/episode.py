@@ -20,7 +20,10 @@ An episode ends on the first of: success held for ``rule.hold_steps`` consecutiv
 (termination "success"), the horizon ("timeout"; "success" if by then the success has held
 ``rule.hold_steps_at_horizon`` consecutive steps up to the last one), an exception from the policy
 ("policy_error") or the simulator ("env_error"). Errors are caught and reported in the outcome
-with their message, never swallowed.
+with their message, never swallowed. An exception from the policy whose class says
+``termination = "env_error"`` (a policy server that cannot be reached or hangs:
+producers/websocket_policy.py PolicyServerUnavailable) is the harness failing, and ends the
+episode so.
 """
 
 from __future__ import annotations
@@ -138,7 +141,7 @@ class Episode:
         try:
             policy.reset(self.seed, env.spec)
         except Exception as exc:
-            self._finish(False, "policy_error", 0, total, None, f"policy reset: {exc!r}")
+            self._finish(False, _blamed(exc), 0, total, None, f"policy reset: {exc!r}")
             return
         for t in range(horizon):
             try:
@@ -153,7 +156,7 @@ class Episode:
                 if action.shape != (env.action_dim,) or not np.all(np.isfinite(action)):
                     raise ValueError(f"policy returned {action!r}, not {env.action_dim} finite floats")
             except Exception as exc:
-                self._finish(False, "policy_error", t, total, None, f"step {t}: {exc!r}")
+                self._finish(False, _blamed(exc), t, total, None, f"step {t}: {exc!r}")
                 return
             try:
                 self.before_step(t)
@@ -198,6 +201,11 @@ class Episode:
             frame = self.final_keyframe()
         self.outcome = EpisodeOutcome(seed=self.seed, success=success, termination=termination, steps=steps,
                                       total_reward=total, time_to_success=tts, error=error, final_keyframe=frame)
+
+
+def _blamed(exc: BaseException) -> str:
+    """policy_error, unless the policy's exception says the harness failed (``termination``)."""
+    return "env_error" if getattr(exc, "termination", None) == "env_error" else "policy_error"
 
 
 def requested_cameras(request: dict, env: BenchmarkEnv) -> tuple[tuple[str, ...], int]:

@@ -1,10 +1,16 @@
 """External VLA policies served over the openpi protocol (msgpack-numpy over WebSocket).
 
 The server sends its metadata on connect; each request is an observation dict, each reply a dict
-whose ``actions`` holds an action chunk (H x action_dim, or one action). openpi-client speaks
-the protocol; its ActionChunkBroker hands out one action per control step and asks again when
-the chunk is spent. Anything the server does wrong (disconnects, errors, a malformed or
-non-finite chunk) raises PolicyServerError, which the rollout ends as ``policy_error``.
+whose ``actions`` holds an action chunk (H x action_dim, or one action); the policy hands out one
+action per control step and asks again when the chunk is spent, as openpi's ActionChunkBroker
+does. Messages are openpi-client's msgpack-numpy; the connection is ours, so that every wait has
+a limit (openpi's client waits for a reply for ever, and a hung server would hang the worker).
+Two kinds of failure, two outcomes:
+- the server cannot be reached, disconnects, or does not answer within ``reply_timeout_s``
+  (PolicyServerUnavailable): the harness failed, not the policy, so the episode ends ``env_error``
+  naming the server and the reason, and counts in no success rate;
+- the server answers with an error or a malformed or non-finite chunk (PolicyServerError): the
+  policy failed, and the episode ends ``policy_error``.
 
 What a request holds: the scenario's instruction as ``prompt``, and the observation either whole
 (every observation under its own name) or in the layout the server expects (``observation``: its
@@ -23,45 +29,93 @@ A model with ``batch`` > 1 (models.yaml) is served in stacked calls: the request
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
-from openpi_client.websocket_client_policy import WebsocketClientPolicy
+from openpi_client import msgpack_numpy
+from websockets.sync.client import ClientConnection
+from websockets.sync.client import connect as ws_connect
 
 from producers.exceptions import ProducerError
 from producers.lockstep import Lane
 
+# How long a policy server may take to accept a connection (and send its metadata), and to answer
+# one call, s. A VLA on a GPU answers in well under a second, a CPU model in a few; a call that
+# takes longer is a server that hangs.
+CONNECT_TIMEOUT_S = 10.0
+REPLY_TIMEOUT_S = 120.0
+
 
 class PolicyServerError(ProducerError):
-    """The policy server disconnected, reported an error or returned a malformed action chunk."""
+    """The policy server reported an error or returned a malformed action chunk: the policy's failure."""
+
+
+class PolicyServerUnavailable(PolicyServerError):
+    """The policy server could not be reached, disconnected or did not answer in time: the harness's
+    failure, so the episode ends env_error (producers/episode.py reads ``termination``)."""
+
+    termination = "env_error"
 
 
 class PolicyServerConnection:
     """One connection to a policy server, opened on first use and reopened after a failure.
     ``infer`` makes one call: a single request as openpi sends it, or (``batched``) a stacked one."""
 
-    def __init__(self, uri: str, action_dim: int, batched: bool = False):
+    def __init__(self, uri: str, action_dim: int, batched: bool = False, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 reply_timeout_s: float = REPLY_TIMEOUT_S):
         self.uri, self.action_dim, self.batched = uri, action_dim, batched
-        self._client: WebsocketClientPolicy | None = None
+        self.connect_timeout_s, self.reply_timeout_s = connect_timeout_s, reply_timeout_s
+        self._ws: ClientConnection | None = None
+        self._open = ExitStack()  # the connection, entered as websockets wants it (a context), closed by close()
+        self.metadata: dict | None = None
 
-    def connect(self) -> WebsocketClientPolicy:
-        if self._client is None:
+    def connect(self) -> ClientConnection:
+        if self._ws is None:
             try:
-                self._client = WebsocketClientPolicy(self.uri)
+                ws = self._open.enter_context(ws_connect(self.uri, compression=None, max_size=None,
+                                                         open_timeout=self.connect_timeout_s))
             except Exception as exc:
-                raise PolicyServerError(f"cannot reach the policy server at {self.uri}: {exc!r}") from exc
-        return self._client
+                raise PolicyServerUnavailable(f"cannot reach the policy server at {self.uri}: {exc!r}") from exc
+            try:
+                self.metadata = msgpack_numpy.unpackb(ws.recv(timeout=self.connect_timeout_s))
+            except TimeoutError:
+                self._open.close()
+                raise PolicyServerUnavailable(f"policy server {self.uri} sent no metadata within "
+                                              f"{self.connect_timeout_s:g} s of the connection") from None
+            except Exception as exc:
+                self._open.close()
+                raise PolicyServerUnavailable(f"policy server {self.uri} failed at connect: {exc!r}") from exc
+            self._ws = ws
+        return self._ws
+
+    def _call(self, message: dict[str, Any]) -> Any:
+        ws = self.connect()
+        try:
+            ws.send(msgpack_numpy.packb(message))
+            response = ws.recv(timeout=self.reply_timeout_s)
+        except TimeoutError:
+            self.close()
+            raise PolicyServerUnavailable(f"policy server {self.uri} did not answer within "
+                                          f"{self.reply_timeout_s:g} s") from None
+        except Exception as exc:
+            self.close()  # a broken connection is not reused by the next call
+            raise PolicyServerUnavailable(f"policy server {self.uri} failed: {exc!r}") from exc
+        if isinstance(response, str):  # openpi's server sends its traceback as text, then closes
+            self.close()
+            raise PolicyServerError(f"policy server {self.uri} raised: {response[-500:]}")
+        try:
+            return msgpack_numpy.unpackb(response)
+        except Exception as exc:
+            raise PolicyServerError(f"policy server {self.uri} replied with unreadable bytes: {exc!r}") from exc
 
     def infer(self, requests: list[dict[str, Any]]) -> list[np.ndarray]:
         """The action chunks (H x action_dim) answering ``requests``, in order."""
         if not self.batched and len(requests) != 1:
             raise PolicyServerError(f"policy server {self.uri} takes one observation per call, not {len(requests)}")
-        message = _stacked(requests) if self.batched else requests[0]
-        try:
-            reply = self.connect().infer(message)
-        except Exception as exc:
-            self.close()  # a broken connection is not reused by the next call
-            raise PolicyServerError(f"policy server {self.uri} failed: {exc!r}") from exc
+        reply = self._call(_stacked(requests) if self.batched else requests[0])
+        if isinstance(reply, dict) and "error" in reply and "actions" not in reply:
+            raise PolicyServerError(f"policy server {self.uri} refused the request: {str(reply['error'])[:300]}")
         if not isinstance(reply, dict) or "actions" not in reply:
             raise PolicyServerError(f"policy server {self.uri} replied without 'actions': {str(reply)[:200]}")
         try:
@@ -86,12 +140,11 @@ class PolicyServerConnection:
         return chunk
 
     def close(self) -> None:
-        if self._client is not None:
-            try:
-                self._client._ws.close()  # openpi-client offers no public close
-            except Exception:
-                pass
-            self._client = None
+        self._ws = None
+        try:
+            self._open.close()
+        except Exception:  # closing a connection that already broke tells us nothing more
+            pass
 
 
 def _stacked(requests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -110,16 +163,16 @@ class WebSocketPolicy:
     """A Policy (reset/act) backed by an openpi policy server: on a connection of its own, or
     through a lock-step ``lane`` (producers/lockstep.py) that calls the server for several envs."""
 
-    def __init__(self, uri: str, action_dim: int, connect_timeout_s: float = 10.0,
+    def __init__(self, uri: str, action_dim: int, connect_timeout_s: float = CONNECT_TIMEOUT_S,
                  observation: dict[str, tuple[str, ...]] | None = None, name: str = "websocket",
-                 lane: Lane | None = None):
+                 lane: Lane | None = None, reply_timeout_s: float = REPLY_TIMEOUT_S):
         self.uri = uri
         self.action_dim = action_dim
         self.observation = observation
         self.name = name
-        self.connect_timeout_s = connect_timeout_s
         self.lane = lane
-        self._connection = PolicyServerConnection(uri, action_dim) if lane is None else None
+        self._connection = (PolicyServerConnection(uri, action_dim, connect_timeout_s=connect_timeout_s,
+                                                   reply_timeout_s=reply_timeout_s) if lane is None else None)
         self._chunk: np.ndarray | None = None
         self._cursor = 0
         self._instruction = ""

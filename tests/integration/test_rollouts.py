@@ -117,8 +117,9 @@ def test_same_request_in_two_processes_publishes_identical_events(tansu, tmp_pat
 class PolicyServer:
     """An openpi-speaking server: metadata on connect, then one reply per request."""
 
-    def __init__(self, reply, close_after: int | None = None):
-        self.reply, self.close_after = reply, close_after
+    def __init__(self, reply, close_after: int | None = None, hang_after: int | None = None):
+        self.reply, self.close_after, self.hang_after = reply, close_after, hang_after
+        self.release = threading.Event()  # a hung server's handler waits on it
         self.requests = 0
         self.prompts: list[str] = []
         self.keys: set[str] = set()  # every observation key a request carried
@@ -139,13 +140,18 @@ class PolicyServer:
             if self.close_after is not None and self.requests > self.close_after:
                 conn.close()
                 return
-            conn.send(msgpack_numpy.packb({"actions": self.reply()}))
+            if self.hang_after is not None and self.requests > self.hang_after:
+                self.release.wait(30)  # never answers while the test runs
+                return
+            reply = self.reply()
+            conn.send(msgpack_numpy.packb(reply if isinstance(reply, dict) else {"actions": reply}))
 
     def __enter__(self) -> PolicyServer:
         self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.release.set()
         self.server.shutdown()
         self.thread.join(timeout=5)
 
@@ -157,8 +163,9 @@ def lift_env():
     env.close()
 
 
-def run_against(env, uri: str, seed: int = 0, observation=None, cameras=()):
-    policy = WebSocketPolicy(uri, action_dim=env.action_dim, connect_timeout_s=5, observation=observation)
+def run_against(env, uri: str, seed: int = 0, observation=None, cameras=(), reply_timeout_s: float = 30):
+    policy = WebSocketPolicy(uri, action_dim=env.action_dim, connect_timeout_s=5, observation=observation,
+                             reply_timeout_s=reply_timeout_s)
     episode = Episode(env, policy, seed, policy_cameras=cameras, policy_camera_size=32)
     steps = list(episode)
     policy.close()
@@ -189,13 +196,27 @@ def test_a_pixel_policy_gets_its_cameras_frames_with_every_request():
     assert server.last["observation/state"].shape == (3,)
 
 
-def test_server_that_disconnects_ends_the_episode_as_policy_error(lift_env):
+def test_server_that_disconnects_ends_the_episode_as_env_error_naming_it(lift_env):
     with PolicyServer(lambda: np.zeros((4, 7)), close_after=3) as server:
         outcome, steps = run_against(lift_env, server.uri)
-    assert outcome.termination == "policy_error" and not outcome.success
+    assert outcome.termination == "env_error" and not outcome.success  # the harness's failure, not the policy's
     assert len(steps) == 12  # three chunks of four actions, then the fourth request fails
-    assert "step 12" in outcome.error and "PolicyServerError" in outcome.error
+    assert "step 12" in outcome.error and "PolicyServerUnavailable" in outcome.error
     assert server.uri in outcome.error and "failed" in outcome.error
+
+
+def test_a_server_that_hangs_ends_the_episode_as_env_error_instead_of_hanging_the_worker(lift_env):
+    with PolicyServer(lambda: np.zeros((4, 7)), hang_after=2) as server:
+        outcome, steps = run_against(lift_env, server.uri, reply_timeout_s=1.0)
+    assert outcome.termination == "env_error" and len(steps) == 8
+    assert f"policy server {server.uri} did not answer within 1 s" in outcome.error
+
+
+def test_an_error_reply_ends_the_episode_as_policy_error_with_the_servers_reason(lift_env):
+    with PolicyServer(lambda: {"error": "observation/image must be uint8"}) as server:
+        outcome, steps = run_against(lift_env, server.uri)
+    assert outcome.termination == "policy_error" and steps == []
+    assert "refused the request: observation/image must be uint8" in outcome.error
 
 
 @pytest.mark.parametrize("reply, cause", [
@@ -210,11 +231,11 @@ def test_malformed_action_chunk_ends_the_episode_as_policy_error(lift_env, reply
     assert cause in outcome.error and "step 0" in outcome.error
 
 
-def test_unreachable_server_is_a_policy_error(lift_env):
+def test_unreachable_server_is_an_env_error(lift_env):
     with PolicyServer(lambda: np.zeros((4, 7))) as server:
         uri = server.uri
     outcome, steps = run_against(lift_env, uri)
-    assert outcome.termination == "policy_error" and steps == []
+    assert outcome.termination == "env_error" and steps == []
     assert "cannot reach the policy server" in outcome.error
 
 
@@ -420,7 +441,7 @@ def test_a_batched_model_publishes_the_episodes_batch_one_publishes(tansu, tmp_p
     assert len({json.dumps(e["object_poses"], sort_keys=True) for e in first_steps}) == 5
 
 
-def test_a_batched_model_whose_server_is_gone_ends_each_episode_as_a_policy_error(tansu, tmp_path):
+def test_a_batched_model_whose_server_is_gone_ends_each_episode_as_an_env_error(tansu, tmp_path):
     from bench.policy_serving import MODEL
 
     with PolicyServer(lambda: np.zeros((4, 7))) as server:
@@ -433,5 +454,5 @@ def test_a_batched_model_whose_server_is_gone_ends_each_episode_as_a_policy_erro
         summaries = pool.run(rollout_request(lift_spec(10).to_dict(), "ws-reach", [0, 1, 2], run_id="gone"))
     finally:
         pool.close()
-    assert [(s.seed, s.termination, s.steps) for s in summaries] == [(seed, "policy_error", 0) for seed in range(3)]
+    assert [(s.seed, s.termination, s.steps) for s in summaries] == [(seed, "env_error", 0) for seed in range(3)]
     assert all(f"cannot reach the policy server at {uri}" in s.error for s in summaries)
