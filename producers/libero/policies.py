@@ -326,8 +326,8 @@ def openpi_observation(env: Any, obs: dict[str, Any], resize: int = OPENPI_RESIZ
 
 class OpenpiLiberoPolicy:
     """An openpi policy server driven with LIBERO's observation layout (see the module docstring).
-    Server failures raise producers.websocket_policy.PolicyServerError (the episode ends as
-    policy_error)."""
+    Server failures end the episode as producers/websocket_policy.py says: env_error when the server
+    is unreachable, gone or silent, policy_error when it answers with an error or a bad chunk."""
 
     def __init__(self, uri: str, name: str = "openpi", replan_steps: int = OPENPI_REPLAN_STEPS,
                  connect_timeout_s: float = 10.0):
