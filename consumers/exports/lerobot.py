@@ -314,6 +314,7 @@ def _write_data(store: EvidenceStore, output: Path, usable: list[HardCase], layo
                 summary.keyframes += images.found
                 summary.keyframes_missing += images.missing
                 video_columns = {}
+                summary.cameras = tuple(videos)
                 for key, camera_videos in videos.items():
                     columns_of_camera, stats[key] = _episode_video(case, rows, key, camera_videos, keyframes)
                     video_columns.update(columns_of_camera)

@@ -39,6 +39,7 @@ class ExportSummary:
     failed: int = 0
     recovered: int = 0
     succeeded: int = 0  # successes with no recovered moment (chosen exports only)
+    cameras: tuple[str, ...] = ()  # LeRobot video features written, one per camera
     frames: int = 0
     keyframes: int = 0  # keyframe files found and exported
     keyframes_missing: int = 0  # referenced by a step but not on disk (pruned, or another machine's)

@@ -16,6 +16,7 @@ the command that needs them, so `diff` and `status` start without them.
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -240,6 +241,8 @@ def export_episodes(
 def _export(ctx: typer.Context, format_: ExportFormat, output: Path, filters: ExportFilters, fps: int | None) -> None:
     from consumers.exports.lerobot import DEFAULT_FPS, export_lerobot  # pandas and pyarrow: only here
 
+    # SVT-AV1 prints a dozen info lines per video it encodes unless told its log level; errors still show.
+    os.environ.setdefault("SVT_LOG", "1")
     settings = settings_of(ctx)
     keyframes = settings.memory_dir / "keyframes"
     try:
@@ -252,10 +255,11 @@ def _export(ctx: typer.Context, format_: ExportFormat, output: Path, filters: Ex
         fail(exc)
     kinds = f"{summary.failed} failed, {summary.recovered} recovered" + (
         f", {summary.succeeded} successes" if summary.succeeded else "")
+    media = (f"videos of {', '.join(summary.cameras)}" if summary.cameras else f"{summary.keyframes} keyframes")
     console.print(f"wrote {summary.format} export to {summary.output}: {summary.episodes} episodes "
-                  f"({kinds}), {summary.frames} steps, "
-                  f"{summary.keyframes} keyframes" + (f", {summary.keyframes_missing} keyframe references without "
-                                                      "a file" if summary.keyframes_missing else ""))
+                  f"({kinds}), {summary.frames} steps, {media}"
+                  + (f", {summary.keyframes_missing} keyframe references without a file"
+                     if summary.keyframes_missing else ""), soft_wrap=True)
     for episode_id, reason in summary.skipped.items():
         err.print(f"left out {episode_id}: {reason}")
 
