@@ -20,6 +20,7 @@ under its own name). It has no ``skill`` and no ``rank``; it is swept and valida
                     observation/image: [agentview_image]}
       cameras: [agentview]   # optional: what the policy sees, rendered before every action
       camera_size: 128       # optional: side of its square frames, pixels
+      policy: ~/policies/pixel-bc   # optional: a policy trained here (sepa-eval lerobot train)
       batch: 8          # optional: observations per call (a server that answers a stacked batch)
       concurrency: 2    # optional: calls each rollout process keeps in flight
 
@@ -60,11 +61,11 @@ MODEL_KINDS = (*POLICY_KINDS, WEBSOCKET)
 # The most envs a rollout process steps for one model (batch x concurrency): each lane keeps up to
 # ENV_CACHE_SIZE (4) envs of ~10 MB, one per recent scenario.
 MAX_LANES = 64
-_OPTIONAL_KEYS = {"description", "rank", "observation", "batch", "concurrency", "cameras", "camera_size"}
+_OPTIONAL_KEYS = {"description", "rank", "observation", "batch", "concurrency", "cameras", "camera_size", "policy"}
 # The keys of each kind (scripted and oracle: a skill; websocket: a policy server).
 _SCRIPTED_KEYS = {"model_id", "version", "kind", "description", "skill", "rank"}
 _WEBSOCKET_KEYS = {"model_id", "version", "kind", "description", "uri", "action_dim", "observation", "batch",
-                   "concurrency", "cameras", "camera_size"}
+                   "concurrency", "cameras", "camera_size", "policy"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,10 @@ class ModelConfig:
     concurrency: int = 1  # websocket only: calls in flight per rollout process
     cameras: tuple[str, ...] = ()  # websocket only: cameras the policy sees, as obs["<camera>_image"]
     camera_size: int = 128  # websocket only: side of those frames, pixels
+    # websocket only: the directory of a policy trained here (producers/learned/) that the server
+    # serves; its training record (dataset sha256, budget, seed) goes into the registration
+    policy: str | None = None
+    training: dict | None = field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("model_id", "version"):
@@ -96,9 +101,9 @@ class ModelConfig:
         elif not isinstance(self.skill, Skill):
             raise ModelConfigError(f"model {self.model_id!r}: skill must be a Skill, got {self.skill!r}")
         elif (self.uri, self.action_dim, self.observation, self.batch, self.concurrency, self.cameras,
-              self.camera_size) != (None, None, None, 1, 1, (), 128):
+              self.camera_size, self.policy) != (None, None, None, 1, 1, (), 128, None):
             raise ModelConfigError(f"model {self.model_id!r}: uri, action_dim, observation, batch, concurrency, "
-                                   f"cameras and camera_size are for kind {WEBSOCKET!r}, not {self.kind!r}")
+                                   f"cameras, camera_size and policy are for kind {WEBSOCKET!r}, not {self.kind!r}")
         if self.kind == "oracle" and self.skill != Skill():
             raise ModelConfigError(f"model {self.model_id!r}: an oracle has perfect skill, got {self.skill!r}")
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int)
@@ -132,6 +137,14 @@ class ModelConfig:
         if isinstance(self.camera_size, bool) or not isinstance(self.camera_size, int) \
                 or not 16 <= self.camera_size <= 1024:
             raise ModelConfigError(f"{where}: camera_size must be an integer from 16 to 1024, got {self.camera_size!r}")
+        if self.policy is not None:
+            record = Path(self.policy).expanduser() / "policy.json"
+            try:
+                training = json.loads(record.read_text())["training"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ModelConfigError(f"{where}: policy {self.policy!r} is not a trained policy's directory "
+                                       f"(its policy.json: {exc!r})") from exc
+            object.__setattr__(self, "training", training)
         if self.observation is None:
             return
         if not isinstance(self.observation, dict) or not self.observation:
@@ -168,6 +181,9 @@ class ModelConfig:
         """ModelRegistered.params (a string map): the skill, or where the policy server is and what it takes."""
         if self.kind == WEBSOCKET:
             params = {"uri": self.uri, "action_dim": str(self.action_dim)}
+            if self.training is not None:  # what it learned from and how long: a result names what it measured
+                kept = {k: v for k, v in self.training.items() if k not in ("load_s", "wall_s", "dataset")}
+                params["training"] = json.dumps(kept, sort_keys=True)
             if self.cameras:
                 params["cameras"] = json.dumps(list(self.cameras))
                 params["camera_size"] = str(self.camera_size)
@@ -192,7 +208,7 @@ def _entry(path: Path, index: int, raw: Any) -> ModelConfig:
                                description=raw.get("description", ""), uri=raw["uri"], action_dim=raw["action_dim"],
                                observation=raw.get("observation"), batch=raw.get("batch", 1),
                                concurrency=raw.get("concurrency", 1), cameras=raw.get("cameras", ()),
-                               camera_size=raw.get("camera_size", 128))
+                               camera_size=raw.get("camera_size", 128), policy=raw.get("policy"))
         skill_raw = raw["skill"]
         if not isinstance(skill_raw, dict):
             raise ModelConfigError(f"{where}: skill must be a mapping, got {skill_raw!r}")

@@ -155,3 +155,16 @@ def test_a_layout_may_name_the_steps_signals_and_the_observation_wins_a_shared_n
     request = policy._layout({"eef_pos": np.array([1.0, 2.0, 3.0])}, signals)
     assert request["observation/state"].tolist() == [0.1, 0.2, 0.04]
     assert request["observation/eef"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_trained_policy_names_its_training_in_the_registration(tmp_path):
+    trained = tmp_path / "pixel-bc"
+    trained.mkdir()
+    (trained / "policy.json").write_text(json.dumps({"policy": {}, "normalizer": {}, "training": {
+        "dataset_sha256": "ab" * 32, "episodes": 30, "steps": 1500, "seed": 0, "wall_s": 201.5, "load_s": 39.0,
+        "dataset": "/somewhere/demos"}}))
+    _, vla = load_models(registry(tmp_path, VLA + f"    policy: {trained}\n"))
+    training = json.loads(vla.params()["training"])
+    assert training == {"dataset_sha256": "ab" * 32, "episodes": 30, "steps": 1500, "seed": 0}  # no wall times
+    with pytest.raises(ModelConfigError, match=r"models\[1\].*policy '.*nowhere' is not a trained policy's directory"):
+        load_models(registry(tmp_path, VLA + f"    policy: {tmp_path / 'nowhere'}\n"))
