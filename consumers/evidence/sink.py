@@ -188,6 +188,9 @@ class EvidenceSink:
                     if in_flight is not None:
                         self.finish(*in_flight.result())
                         in_flight = None
+                        # idleness counts from the last batch done, not consumed: a store slower than
+                        # idle_exit_s must not end the run before its own dead letters come back
+                        last_message = time.monotonic()
                     now = time.monotonic()
                     if batch is not None:
                         last_message = now
