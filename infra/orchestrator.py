@@ -18,6 +18,7 @@ from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
 from infra.exceptions import RequestRefused
 from infra.waits import POLL_S, Check, deadline_in, poll_until, wait_for_episodes, wait_until_settled
+from producers.episode import CAMERA_SIZE
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request, sweep_request
 from producers.seeds import held_out_seeds, selection_seeds
@@ -44,7 +45,7 @@ def check_models(requested: list[str], models: list[ModelConfig]) -> None:
 
 def request_rollouts(publisher: Publisher, store: EvidenceStore, scenario: dict, model_ids: list[str],
                      seeds: list[int], run_id: str, purpose: str = "adhoc", keyframe_every: int = 0,
-                     cameras: tuple[str, ...] = (), camera_size: int = 128) -> list[dict]:
+                     cameras: tuple[str, ...] = (), camera_size: int = CAMERA_SIZE) -> list[dict]:
     """One RolloutRequested per model. Request ids come from (scenario, model, seeds, purpose, run,
     and the cameras when any), so asking again is the same request; one whose episodes have all
     ended already is not published again. Returns every request (published or not)."""

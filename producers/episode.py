@@ -42,6 +42,9 @@ TERMINATIONS = ("success", "timeout", "policy_error", "env_error", "aborted")
 # The harness's doing, not the policy's: their trials are invalid (left out of success rates) and
 # their episodes are never failures to cluster.
 HARNESS_TERMINATIONS = ("env_error", "aborted")
+# Side of the square camera frames, pixels, when nothing says otherwise: RolloutRequested.camera_size's
+# Avro default, so a request, a model entry and an episode agree on it.
+CAMERA_SIZE = 128
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ class Episode:
 
     def __init__(self, env: BenchmarkEnv, policy: Any, seed: int, *, rule: SuccessRule, keyframe_every: int = 0,
                  keyframe_size: int = 128, stop_on_success: bool = True, cameras: tuple[str, ...] = (),
-                 camera_size: int = 128, policy_cameras: tuple[str, ...] = (), policy_camera_size: int = 128):
+                 camera_size: int = CAMERA_SIZE, policy_cameras: tuple[str, ...] = (),
+                 policy_camera_size: int = CAMERA_SIZE):
         if keyframe_every < 0:
             raise ValueError(f"keyframe_every must be >= 0, got {keyframe_every!r}")
         if (cameras or policy_cameras) and not env.keyframes:
@@ -211,7 +215,7 @@ def _blamed(exc: BaseException) -> str:
 def requested_cameras(request: dict, env: BenchmarkEnv) -> tuple[tuple[str, ...], int]:
     """(cameras, frame size) that a RolloutRequested asks to record at every step, checked against
     the env: raises ValueError naming the request, the unknown camera and the scene's cameras."""
-    cameras, size = tuple(request.get("cameras") or ()), int(request.get("camera_size", 128))
+    cameras, size = tuple(request.get("cameras") or ()), int(request.get("camera_size", CAMERA_SIZE))
     if not cameras:
         return (), size
     unknown = [c for c in cameras if c not in env.camera_names]

@@ -51,7 +51,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from producers.adapters import adapter_for
 from producers.commits import Committer
 from producers.env_cache import EnvCache
-from producers.episode import requested_cameras
+from producers.episode import CAMERA_SIZE, requested_cameras
 from producers.keyframes import KeyframeStore
 from producers.lockstep import Batcher, Lane
 from producers.parent_death import die_with_parent
@@ -83,7 +83,7 @@ REQUESTS = BY_NAME["rollout.requests"]  # decoded against it: the same reasons a
 
 def rollout_request(scenario: dict, model_id: str, seeds: list[int], purpose: str = "adhoc",
                     keyframe_every: int = 0, run_id: str = "cli", cameras: tuple[str, ...] = (),
-                    camera_size: int = 128) -> dict:
+                    camera_size: int = CAMERA_SIZE) -> dict:
     """An ad-hoc (or validation) request; ``cameras`` asks for frames at every step (demonstrations)."""
     # cameras are part of the id only when asked for: the ids of requests without them do not change
     extra = (tuple(cameras), camera_size) if cameras else ()
@@ -105,7 +105,7 @@ def sweep_request(scenario: dict, model_id: str, model_version: str, seeds: list
     return make_event("RolloutRequested", (request_id,), SWEEPS, SWEEPS, event_time=event_time,
                       request_id=request_id, scenario_id=scenario["scenario_id"], scenario=scenario,
                       model_id=model_id, seeds=list(seeds), purpose="sweep", keyframe_every=0, cameras=[],
-                      camera_size=128)
+                      camera_size=CAMERA_SIZE)
 
 
 # -- what a pool process keeps between requests ---------------------------------------------

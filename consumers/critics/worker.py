@@ -47,6 +47,7 @@ from consumers.critics.sequential import ACCEPT, CONTINUE, PASSED, REJECT, Seque
 from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
 from producers.commits import Committer
+from producers.episode import CAMERA_SIZE
 from producers.publisher import Publisher
 from schemas import records
 from schemas.catalog import BY_NAME
@@ -110,7 +111,7 @@ def validation_request(candidate: records.CandidateProposed | Mapping, scenario:
     return make_event("RolloutRequested", (request_id,), CONSUMER, run_id,
                       event_time=candidate.envelope.event_time, request_id=request_id,
                       scenario_id=scenario["scenario_id"], scenario=dict(scenario), model_id=model_id, seeds=seeds,
-                      purpose="validation", keyframe_every=keyframe_every, cameras=[], camera_size=128)
+                      purpose="validation", keyframe_every=keyframe_every, cameras=[], camera_size=CAMERA_SIZE)
 
 
 class CriticsWorker:

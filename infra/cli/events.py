@@ -24,6 +24,7 @@ from infra.embedded_broker import TansuBroker
 from infra.exceptions import InfraError, NotRunning
 from infra.kafka_clients import consumer_config, ensure_topics, make_producer, producer_config, topic_message_counts
 from infra.settings import Settings
+from producers.episode import CAMERA_SIZE
 from producers.exceptions import ProducerError
 from producers.synthetic import episodes as synthetic_episodes
 from schemas.catalog import TOPICS
@@ -184,7 +185,7 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
             keyframe_every: int = typer.Option(0, min=0),
             cameras: str = typer.Option("", help="record these cameras at every step, comma-separated "
                                                  "(e.g. agentview,robot0_eye_in_hand): demonstrations with pixels"),
-            camera_size: int = typer.Option(128, min=16, max=1024, help="side of the square camera frames, px"),
+            camera_size: int = typer.Option(CAMERA_SIZE, min=16, max=1024, help="side of the square camera frames, px"),
             timeout: float = typer.Option(600.0, help="seconds to wait for the episodes to land")):
     """Publish a RolloutRequested and wait until its episodes are in the evidence log (the rollout
     worker that `up` started runs them). With --cameras every step keeps what those cameras saw

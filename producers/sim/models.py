@@ -52,6 +52,7 @@ from typing import Any
 
 import yaml
 
+from producers.episode import CAMERA_SIZE
 from producers.sim.exceptions import ModelConfigError
 from producers.sim.policies import POLICY_KINDS, OracleScripted, Policy, ScriptedPolicy, Skill
 
@@ -83,7 +84,7 @@ class ModelConfig:
     batch: int = 1  # websocket only: observations per call
     concurrency: int = 1  # websocket only: calls in flight per rollout process
     cameras: tuple[str, ...] = ()  # websocket only: cameras the policy sees, as obs["<camera>_image"]
-    camera_size: int = 128  # websocket only: side of those frames, pixels
+    camera_size: int = CAMERA_SIZE  # websocket only: side of those frames, pixels
     # websocket only: the directory of a policy trained here (producers/learned/) that the server
     # serves; its training record (dataset sha256, budget, seed) goes into the registration
     policy: str | None = None
@@ -101,7 +102,7 @@ class ModelConfig:
         elif not isinstance(self.skill, Skill):
             raise ModelConfigError(f"model {self.model_id!r}: skill must be a Skill, got {self.skill!r}")
         elif (self.uri, self.action_dim, self.observation, self.batch, self.concurrency, self.cameras,
-              self.camera_size, self.policy) != (None, None, None, 1, 1, (), 128, None):
+              self.camera_size, self.policy) != (None, None, None, 1, 1, (), CAMERA_SIZE, None):
             raise ModelConfigError(f"model {self.model_id!r}: uri, action_dim, observation, batch, concurrency, "
                                    f"cameras, camera_size and policy are for kind {WEBSOCKET!r}, not {self.kind!r}")
         if self.kind == "oracle" and self.skill != Skill():
@@ -208,7 +209,7 @@ def _entry(path: Path, index: int, raw: Any) -> ModelConfig:
                                description=raw.get("description", ""), uri=raw["uri"], action_dim=raw["action_dim"],
                                observation=raw.get("observation"), batch=raw.get("batch", 1),
                                concurrency=raw.get("concurrency", 1), cameras=raw.get("cameras", ()),
-                               camera_size=raw.get("camera_size", 128), policy=raw.get("policy"))
+                               camera_size=raw.get("camera_size", CAMERA_SIZE), policy=raw.get("policy"))
         skill_raw = raw["skill"]
         if not isinstance(skill_raw, dict):
             raise ModelConfigError(f"{where}: skill must be a mapping, got {skill_raw!r}")

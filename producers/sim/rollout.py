@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from producers import episode
-from producers.episode import TERMINATIONS, EpisodeOutcome, StepRecord, SuccessRule, collect
+from producers.episode import CAMERA_SIZE, TERMINATIONS, EpisodeOutcome, StepRecord, SuccessRule, collect
 from producers.sim.envs import SimEnv
 from producers.sim.perturb import Push, apply_perturbations
 from producers.sim.policies import Policy
@@ -49,8 +49,8 @@ class Episode(episode.Episode):
 
     def __init__(self, env: SimEnv, policy: Policy, seed: int, *, perturbations: Sequence[Push] = (),
                  keyframe_every: int = 0, keyframe_size: int = 128, stop_on_success: bool = True,
-                 success_hold_steps: int | None = None, cameras: tuple[str, ...] = (), camera_size: int = 128,
-                 policy_cameras: tuple[str, ...] = (), policy_camera_size: int = 128):
+                 success_hold_steps: int | None = None, cameras: tuple[str, ...] = (), camera_size: int = CAMERA_SIZE,
+                 policy_cameras: tuple[str, ...] = (), policy_camera_size: int = CAMERA_SIZE):
         if success_hold_steps is None:
             success_hold_steps = hold_steps(env.spec)
         # robosuite's success: held for the hold, before the horizon and at it alike

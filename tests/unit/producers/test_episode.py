@@ -144,3 +144,11 @@ def test_requested_cameras_are_checked_against_the_scene():
         requested_cameras({**request, "cameras": ["agentview", "agentview"]}, env)
     with pytest.raises(ValueError, match="16-1024"):
         requested_cameras({**request, "cameras": ["agentview"], "camera_size": 4}, env)
+
+
+def test_the_default_camera_size_is_the_contracts():
+    from producers.episode import CAMERA_SIZE
+    from schemas import loader
+
+    (field,) = [f for f in loader.expanded_schema("RolloutRequested")["fields"] if f["name"] == "camera_size"]
+    assert field["default"] == CAMERA_SIZE
