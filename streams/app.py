@@ -38,7 +38,7 @@ Faust settings that matter here (see /work/shared/notes/platform-facts.md):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import faust
@@ -57,6 +57,7 @@ from streams.gate.agent import GateRunner, register_gate
 from streams.gate.gate import GateConfig, PromotionGate
 from streams.gate.sweeps import SweeperConfig, SweepRunner, register_sweeper
 from streams.mutations.agent import MutatorConfig, MutatorRunner, register_mutator
+from streams.mutations.settled_clusters import SettledClustering
 
 GUARANTEES = ("at_least_once", "exactly_once")
 # Why exactly_once is refused (the module docstring has the details).
@@ -177,7 +178,9 @@ def make_app(config: StreamsConfig, llm: LlmSummarizer | None = None, codec: Cod
                                                         stage, batching, consumer_factory, llm)
         app.failure_cluster_stage = stage
     if config.run_mutator:
-        runner = MutatorRunner(store_factory, codec, config.mutator, check=feasibility)
+        # the mutator re-runs the worker's own clusterer over each cycle's failures (settled_clusters.py)
+        mutator = replace(config.mutator, clustering=SettledClustering(config.clusterer, config.embedding))
+        runner = MutatorRunner(store_factory, codec, mutator, check=feasibility)
         register_mutator(app, _raw_topic(app, full("benchmark.cycles")), outputs, runner)
         app.mutator = runner
     if config.run_gate:

@@ -154,6 +154,15 @@ def cluster_events(store: EvidenceStore, *, before_position: int) -> list[dict]:
     return out
 
 
+def cluster_assignments(store: EvidenceStore, *, before_position: int) -> dict[str, str]:
+    """episode -> its cluster at its latest ClusterAssigned before ``before_position`` ("noise"
+    included): every episode the clusterer took in before that position, and where it stood."""
+    return {e: c for e, c in store.query(
+        "SELECT episode_id, argMax(cluster_id, position) FROM {database}.failure_clusters FINAL "
+        "WHERE envelope.event_type = 'ClusterAssigned' AND position < {p:Int64} GROUP BY episode_id "
+        "ORDER BY episode_id", parameters={"p": int(before_position)})}
+
+
 def cluster_log_length(store: EvidenceStore) -> int:
     """How many of the clusterer's output positions the log holds from 0 without a gap (the next
     position to come, once the sink has caught up)."""

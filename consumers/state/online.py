@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from consumers.evidence.store import EvidenceStore
 from consumers.state.comparisons import adjacent_pairs
 from consumers.state.digest import refused_requests
-from consumers.state.failure_clusters import cluster_events, cluster_log_length
+from consumers.state.failure_clusters import cluster_assignments, cluster_events, cluster_log_length
 from consumers.state.loop import Candidate, OpenReview, Verdict, candidates, cycles, open_reviews, verdicts
 from consumers.state.registry import model_versions, models
 from consumers.state.scope import ENDED, ORACLE_KIND, SATURATION_RATE, STARTED
@@ -53,6 +53,7 @@ __all__ = [
     "adjacent_pairs",
     "benchmark_versions",
     "candidates",
+    "cluster_assignments",
     "cluster_events",
     "cluster_log_length",
     "cycles",
@@ -118,16 +119,16 @@ def scenario_spec(store: EvidenceStore, scenario_id: str) -> dict | None:
 
 def analysed_episodes(store: EvidenceStore, episode_ids: Sequence[str]) -> list[dict]:
     """The EpisodeAnalysed of each of ``episode_ids`` the detector has decided, as records
-    (episode_id, model_id, scenario_id, success, termination, steps, quality, analysed, moments)."""
+    (episode_id, model_id, scenario_id, scenario, success, termination, steps, quality, analysed, moments)."""
     if not episode_ids:
         return []
-    cols = ("episode_id", "model_id", "scenario_id", "success", "termination", "steps", "quality", "analysed",
-            "moments")
+    cols = ("episode_id", "model_id", "scenario_id", "scenario", "success", "termination", "steps", "quality",
+            "analysed", "moments")
     rows = store.query(f"SELECT {', '.join(cols)} FROM {{database}}.failure_episodes FINAL "
                        "WHERE episode_id IN {ids:Array(String)} ORDER BY episode_id",
                        parameters={"ids": list(episode_ids)})
-    return [dict(zip(cols, r, strict=True)) | {"moments": [dict(m) for m in r[-1]], "quality": dict(r[6])}
-            for r in rows]
+    return [dict(zip(cols, r, strict=True)) | {"moments": [dict(m) for m in r[-1]], "quality": dict(r[7]),
+                                               "scenario": dict(r[3])} for r in rows]
 
 
 def episode_keyframes(store: EvidenceStore, episode_id: str) -> list[str]:

@@ -4,9 +4,10 @@
     register_mutator(app, cycles_topic, outputs, runner)
 
 The orchestrator opens a cycle with CycleStarted (benchmark.cycles: one partition, so one worker
-mutates at a time and in cycle order). The mutator answers it from the log: the failure clusters
-as they stood at the cycle's ``clusters_position`` (the latest ClusterUpdated of each cluster
-before it), the active benchmark at the cycle's version as the parents, and the cycle's seed.
+mutates at a time and in cycle order). The mutator answers it from the log: the failures the
+clusterer took in before the cycle's ``clusters_position``, clustered again in episode-id order so
+that the answer does not depend on the order they arrived in (settled_clusters.py), the active
+benchmark at the cycle's version as the parents, and the cycle's seed.
 Failure-guided cycles draw operators from the clusters' failure types (streams/mutations/chooser.py),
 the clusters of the cycle's ``focus_models`` (ranked models tied at the top) first, and never an
 operator whose factors the benchmark tests to the gate's cap (chooser.Coverage),
@@ -42,10 +43,13 @@ from schemas.libero_scenario import LiberoScenario
 from schemas.scenario import ScenarioSpec
 from schemas.typed import to_record
 from streams.deadletter import Intake, Outgoing, RawMessage
+from streams.failures.clusterer import ClustererConfig
+from streams.failures.embedding import EmbeddingConfig
 from streams.mutations.chooser import ChooserConfig, Coverage, blind_candidates, guided_candidates, propose
 from streams.mutations.coverage import GENERATOR as COVERAGE
 from streams.mutations.coverage import coverage_candidates
 from streams.mutations.operators import MUTATOR_VERSION, scenario_from_dict
+from streams.mutations.settled_clusters import SettledClustering
 
 log = logging.getLogger("sepa.streams.mutations")
 PRODUCER = "mutator"
@@ -56,6 +60,9 @@ BLIND = "blind"
 class MutatorConfig:
     chooser: ChooserConfig = field(default_factory=ChooserConfig)
     log_wait_s: float = 120.0  # how long to wait for the clusters up to the cycle's position to be in the log, s
+    # the clusterer's configuration, re-run over each cycle's failures (the streams worker's own)
+    clustering: SettledClustering = field(default_factory=lambda: SettledClustering(ClustererConfig(),
+                                                                                      EmbeddingConfig()))
     run_id: str = "mutator"
 
 
@@ -105,7 +112,6 @@ class MutatorRunner:
                 log.info("cycle %s: not mutating %s: %s", cycle_id, a.scenario_id, exc)
         exclude = set(parents) | {c.scenario_id for c in q.candidates(self.store)}
         cfg = self.config.chooser
-        seeds: list[dict] = []
         if cycle.generator == COVERAGE:  # the grid is walked over the base, whatever is active now
             bases = [scenario_from_dict(c.scenario) for c in q.candidates(self.store) if c.generator == "base"]
             generated = coverage_candidates(bases, cycle.max_candidates, exclude)
@@ -113,10 +119,7 @@ class MutatorRunner:
             generated = blind_candidates(list(parents.values()), cycle.max_candidates, cycle.seed, cfg, exclude) \
                 if parents else None
         else:
-            seeds = q.cluster_events(self.store, before_position=cycle.clusters_position)
-            tested = Counter(a.factor for a in (benchmark.scenarios if benchmark else ()))
-            generated = guided_candidates(seeds, cycle.seed, cfg, parents, exclude,
-                                          focus=cycle.focus_models, coverage=Coverage(dict(tested)))
+            generated = self._guided(cycle, cfg, parents, exclude, benchmark)
         candidates = generated.candidates[:cycle.max_candidates] if generated else []
         proposal = propose(candidates, self.check)
         at = cycle.envelope.event_time
@@ -138,6 +141,23 @@ class MutatorRunner:
         log.info("cycle %s (%s): %d proposed, %d infeasible, %d skipped draws, pre-check %.1f s", cycle_id,
                  cycle.generator, len(proposal.proposed), len(infeasible), len(skipped), proposal.cost_s)
         return events
+
+    def _guided(self, cycle: records.CycleStarted, cfg: ChooserConfig, parents, exclude: set[str], benchmark):
+        """Failure-guided candidates from the failures taken in before the cycle's position,
+        re-clustered in episode-id order (settled_clusters.py); each names the live cluster that
+        holds most of its cluster's episodes. A log with cluster summaries and no intakes (clusters
+        written by something other than our clusterer) is read as it stands."""
+        tested = Counter(a.factor for a in (benchmark.scenarios if benchmark else ()))
+        labels = q.cluster_assignments(self.store, before_position=cycle.clusters_position)
+        if not labels:
+            seeds = q.cluster_events(self.store, before_position=cycle.clusters_position)
+            return guided_candidates(seeds, cycle.seed, cfg, parents, exclude, focus=cycle.focus_models,
+                                     coverage=Coverage(dict(tested)))
+        settled = self.config.clustering.clusters(q.analysed_episodes(self.store, sorted(labels)))
+        generated = guided_candidates(settled.events, cycle.seed, cfg, parents, exclude, focus=cycle.focus_models,
+                                      coverage=Coverage(dict(tested)))
+        generated.candidates = [settled.to_live(c, labels) for c in generated.candidates]
+        return generated
 
     def _wait_for_clusters(self, position: int) -> None:
         """The sink writes the clusterer's output a moment after it was published: wait until every

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from evidence_factory import EvidenceLog, store_events
 from loop_harness import BASE, MODELS, LoopWorld, child, harder_for, never
 
@@ -138,3 +139,63 @@ def test_coverage_cycles_walk_the_grid_over_the_base_in_order(chdb_store):
         assert walked == [(f, float(m)) for f, m in grid_order()[:8]]
     finally:
         store.command("DROP DATABASE IF EXISTS {database}")
+
+
+def test_the_mutator_answers_the_same_whatever_order_the_failures_arrived_in(chdb_store):
+    """#17: the live clusterer depends on arrival order (two rollout processes deliver a sweep's
+    failures differently each run), so the mutator re-clusters the failures taken in before the
+    cycle's position in episode-id order: two logs holding the same failures in different orders
+    get the same candidates."""
+    from analysed_episodes import analysed_episodes, is_failure
+
+    from schemas.scenario import ScenarioSpec
+    from streams.failures.clusterer import ClustererConfig, OnlineFailureClusterer
+    from streams.failures.embedding import EmbeddingConfig, FailedEpisode, embed, facts
+
+    base = ScenarioSpec.from_dict(BASE)
+    specs = {}
+    failures = []
+    for e in (e for e in analysed_episodes(160, seed=9) if is_failure(e)):
+        spec = specs.setdefault(e["scenario_id"], base.mutate(horizon=base.horizon + 10 * (len(specs) + 1)).to_dict())
+        failures.append({**e, "scenario_id": spec["scenario_id"], "scenario": spec})
+    answers, live_positions, stores = [], [], []
+    try:
+        for order_seed in (1, 2):
+            log = EvidenceLog()
+            for model, kind in MODELS.items():
+                log.register(model, kind)
+            log.candidate(BASE, "", "base", generator="base")
+            log.promoted(BASE, 1)
+            order = [failures[i] for i in np.random.default_rng(order_seed).permutation(len(failures))]
+            clusterer = OnlineFailureClusterer(ClustererConfig())
+            clustered = []
+            for e in order:
+                episode = FailedEpisode.from_analysed(e)
+                clustered += clusterer.add(episode.episode_id, episode.scenario_id, embed(episode, EmbeddingConfig()),
+                                           facts(episode))
+            live_positions.append(sorted((e["cluster_id"], e["size"]) for e in clustered
+                                         if e["envelope"]["event_type"] == "ClusterUpdated"))
+            log.cycle("run-c1", 1, 1, [])
+            cycle = next(e for e in log.events if e["envelope"]["event_type"] == "CycleStarted")
+            cycle = {**cycle, "max_candidates": 4, "seed": 77, "clusters_position": clusterer.position}
+            events = [e for e in log.events if e["envelope"]["event_type"] not in ("CycleStarted",
+                                                                                    "CandidatesGenerated")]
+            store = chdb_store.with_database(f"ord_{uuid.uuid4().hex[:10]}")
+            stores.append(store)
+            migrate(store)
+            store_events(store, events + order + clustered)
+            runner = MutatorRunner(lambda s=store: s, Codec(), MutatorConfig(), check=feasible)
+            answers.append(runner.answer(cycle))
+        assert live_positions[0] != live_positions[1], "the two orders gave different live clusters"
+
+        def proposed(answer):
+            return [(e["scenario_id"], e["operator"], e["params"]) for e in answer
+                    if e["envelope"]["event_type"] == "CandidateProposed"]
+        assert proposed(answers[0]), "the failures seed candidates"
+        assert proposed(answers[0]) == proposed(answers[1])
+        for answer, live in zip(answers, live_positions, strict=True):  # each names a live cluster of its log
+            named = {e["source_cluster_id"] for e in answer if e["envelope"]["event_type"] == "CandidateProposed"}
+            assert named <= {cid for cid, _ in live}
+    finally:
+        for s in stores:
+            s.command("DROP DATABASE IF EXISTS {database}")
