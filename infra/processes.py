@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from consumers.evidence.endpoint import RemoteStore
@@ -78,6 +78,7 @@ CRITICS = Child("critics", "critics", "critics", reads_store=True)
 CHILDREN = (PIPELINE, STREAMS, ROLLOUT, CRITICS)
 BROKER_MARKER = "tansu"
 LIBERO_MARKER = "infra.libero_worker"
+POLICY_SERVER_MARKER = "producers.learned.server"
 
 
 def ready_path(settings: Settings, name: str, pid: int) -> Path:
@@ -118,6 +119,8 @@ class RunState:
     rollout_pid: int | None = None  # serves rollout.requests
     critics_pid: int | None = None  # validates candidates (robustness, safety, semantic)
     libero_pid: int | None = None  # serves LIBERO's rollout requests, in the LIBERO venv (when set up)
+    # model_id -> pid: the servers of registered learned policies `up` started (infra/policy_servers.py)
+    policy_pids: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def read(cls, settings: Settings) -> RunState:
@@ -256,4 +259,6 @@ def process_status(settings: Settings, state: RunState) -> dict:
                         "web": state.streams_web if state.streams_alive else None},
             "rollout_worker": {"pid": state.rollout_pid if state.rollout_alive else None},
             "critics": {"pid": state.critics_pid if state.alive(CRITICS) else None},
-            "libero_worker": {"pid": state.libero_pid if is_running(state.libero_pid, LIBERO_MARKER) else None}}
+            "libero_worker": {"pid": state.libero_pid if is_running(state.libero_pid, LIBERO_MARKER) else None},
+            "policy_servers": {m: pid for m, pid in sorted(state.policy_pids.items())
+                               if is_running(pid, POLICY_SERVER_MARKER)}}

@@ -30,6 +30,7 @@ from pathlib import Path
 from infra.embedded_broker import TansuBroker, stop_pid
 from infra.exceptions import LockBusy, PipelineError
 from infra.kafka_clients import ensure_topics, require_broker
+from infra.policy_servers import local_policies, start_policy_servers, stop_policy_servers
 from infra.processes import (
     CHILDREN,
     CRITICS,
@@ -45,6 +46,7 @@ from infra.processes import (
     ready_path,
 )
 from infra.settings import Settings, settings_environ
+from producers.sim.models import load_models
 from schemas.codec import Codec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,6 +126,13 @@ def up(settings: Settings, codec: Codec | None = None) -> UpResult:
                     if child.reads_store and state.alive(child):
                         stop_child(state.pid_of(child))
                         state.set_pid(child, None)
+            # the learned policies' servers before the workers that call them
+            served = start_policy_servers(settings, local_policies(load_models(settings.models_file)),
+                                          state.policy_pids)
+            if served:
+                state.policy_pids = {**state.policy_pids, **served}
+                started += [(f"policy server of {m}", pid) for m, pid in served.items()]
+                state.write(settings)
             # The pipeline first: the others reach the store through its endpoint (state.json names it).
             for phase in ((PIPELINE,), tuple(c for c in CHILDREN if c is not PIPELINE)):
                 spawned: dict[str, tuple[subprocess.Popen, int]] = {}  # name -> (process, where its log began)
@@ -288,6 +297,7 @@ def _stop_started(settings: Settings, state: RunState, started: list[tuple[str, 
             state.set_pid(child, None)
     if state.broker_pid in pids:
         state.broker_pid, state.bootstrap = None, None
+    state.policy_pids = {m: pid for m, pid in state.policy_pids.items() if pid not in pids}
     state.write(settings)
 
 
@@ -305,6 +315,9 @@ def down(settings: Settings) -> list[str]:
             if state.alive(child):
                 stop_child(state.pid_of(child))
                 stopped.append(f"{child.label} (pid {state.pid_of(child)})")
+            if child is ROLLOUT:  # the servers once nothing calls them
+                stopped += [f"policy server of {m} (pid {state.policy_pids[m]})"
+                            for m in stop_policy_servers(state.policy_pids)]
         if state.broker_alive:
             stop_child(state.broker_pid, 15)
             stopped.append(f"embedded broker (pid {state.broker_pid})")

@@ -16,6 +16,7 @@ from infra.cli.read import open_existing_store
 from infra.exceptions import InfraError
 from infra.kafka_clients import ensure_topics, topic_message_counts
 from infra.lag import consumer_lag
+from producers.sim.exceptions import ModelConfigError
 from schemas.catalog import TOPICS
 from streams.exceptions import ConfigError
 
@@ -27,7 +28,7 @@ def up(ctx: typer.Context):
     settings = settings_of(ctx)
     try:
         result = supervisor.up(settings, codec_of(ctx))
-    except (InfraError, EvidenceError, ConfigError, OSError) as exc:
+    except (InfraError, EvidenceError, ConfigError, ModelConfigError, OSError) as exc:
         fail(exc)
     state = result.state
     what = (f"broker {settings.bootstrap_servers or state.bootstrap}; pipeline pid {state.pipeline_pid}; "
@@ -83,6 +84,8 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
                              ("libero_worker", "libero  ", "serves LIBERO's rollout requests (when set up)")):
         pid = report[key]["pid"]
         console.print(f"{label} {f'[green]pid {pid}[/green]' if pid else '[red]not running[/red]'}  {escape(what)}")
+    for model_id, pid in report["policy_servers"].items():
+        console.print(f"policy   [green]pid {pid}[/green]  serves {escape(model_id)}")
     if "error" in report["evidence"]:
         err.print(escape(report["evidence"]["error"]))
     else:

@@ -7,6 +7,7 @@ bench/learned.py measures what such policies achieve."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -17,9 +18,12 @@ from websockets.sync.client import connect
 import producers.sim  # noqa: F401  (headless GL before mujoco)
 from consumers.exports.lerobot import export_lerobot
 from consumers.exports.output import ExportFilters
+from infra.policy_servers import answers, local_policies, log_path, start_policy_servers, stop_policy_servers
+from infra.settings import Settings
 from producers.keyframes import KeyframeStore
 from producers.recorder import EpisodeIdentity, record_episode
 from producers.sim.envs import make_env
+from producers.sim.models import ModelConfig
 from producers.sim.policies import OracleScripted
 from producers.sim.rollout import Episode
 from producers.websocket_policy import WebSocketPolicy
@@ -91,3 +95,25 @@ def test_a_pixel_policy_trains_on_our_export_and_is_served_like_a_vla(lerobot_ve
         server.terminate()
         server.wait(timeout=30)
         env.close()
+
+    # `up` starts the server of a registered learned policy on its uri's port, `down` stops it
+    settings = Settings(memory_dir=tmp_path / "memory")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = ModelConfig(model_id="pixel-bc", version="1", kind="websocket", uri=f"ws://127.0.0.1:{port}",
+                        action_dim=env.action_dim, policy=str(policy_dir), cameras=CAMERAS, camera_size=SIZE)
+    wanted = local_policies([model])
+    assert [(p.model_id, p.port) for p in wanted] == [("pixel-bc", port)]
+    pids = start_policy_servers(settings, wanted, venv=lerobot_venv)
+    try:
+        assert list(pids) == ["pixel-bc"] and answers("127.0.0.1", port)
+        with connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
+            assert msgpack_numpy.unpackb(ws.recv())["cameras"] == list(CAMERAS)
+        # a second `up` starts nothing: its server runs (and a server the user runs is left alone)
+        assert start_policy_servers(settings, wanted, pids, venv=lerobot_venv) == {}
+        assert start_policy_servers(settings, wanted, {}, venv=lerobot_venv) == {}
+    finally:
+        stopped = stop_policy_servers(pids)
+    assert stopped == ["pixel-bc"] and not answers("127.0.0.1", port)
+    assert "serving" in log_path(settings, "pixel-bc").read_text()
