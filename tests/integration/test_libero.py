@@ -301,6 +301,49 @@ def test_worker_serves_libero_requests_survives_a_kill_and_the_detector_reads_it
             assert kinds, f"a failed episode without a failure moment: {episode_id}"
 
 
+@pytest.mark.slow  # a LIBERO worker's start (~20 s) for one short episode
+def test_the_libero_worker_records_the_requested_cameras_at_every_step(libero_venv, catalog, tansu, tmp_path):
+    """Demonstrations with pixels on LIBERO: the worker renders the requested cameras before every
+    action into the keyframe store, named by each Step's frames (#19), and refuses a camera the
+    scene lacks with a dead letter naming the scene's cameras."""
+    prefix = fresh_prefix(tansu)
+    settings = load_settings(environ={}, memory_dir=tmp_path / "mem", bootstrap_servers=tansu, topic_prefix=prefix)
+    publisher = Publisher(make_producer(tansu), prefix)
+    spec = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[SOUP], horizon=6)
+    cameras = ("agentview", "robot0_eye_in_hand")
+    request = rollout_request(spec.to_dict(), "oracle", [0], run_id="libero-cameras", cameras=cameras, camera_size=32)
+    wrong = rollout_request(spec.to_dict(), "oracle", [0], run_id="libero-cameras", cameras=("frontview_9",))
+    publisher.publish(request)
+    publisher.publish(wrong)
+    publisher.flush()
+    pid = start_libero_worker(settings, tansu, processes=1)
+    assert pid is not None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            events = consume(tansu, [f"{prefix}rollout.episodes", f"{prefix}rollout.steps", f"{prefix}deadletter"],
+                             idle_s=1.0)
+            if any(e["envelope"]["event_type"] == "EpisodeEnded" for e in events) and \
+                    any(e["envelope"]["event_type"] == "DeadLetter" for e in events):
+                break
+            time.sleep(2)
+    finally:
+        _kill_group(pid, signal.SIGTERM)
+        time.sleep(1)
+        _kill_group(pid)
+    steps = sorted((e for e in events if e["envelope"]["event_type"] == "Step"), key=lambda e: e["t"])
+    assert len(steps) == 6
+    keyframes = tmp_path / "mem" / "keyframes"
+    for step in steps:
+        assert set(step["frames"]) == set(cameras), step["frames"]
+        for sha in step["frames"].values():
+            assert (keyframes / sha[:2] / f"{sha}.png").exists()
+    first = steps[0]["frames"]
+    assert first["agentview"] != first["robot0_eye_in_hand"]
+    dead = [e for e in events if e["envelope"]["event_type"] == "DeadLetter"]
+    assert len(dead) == 1 and "frontview_9" in dead[0]["reason"] and "agentview" in dead[0]["reason"], dead
+
+
 class OpenpiServer:
     """An openpi-speaking policy server: metadata on connect, an action chunk per request; keeps
     what it was sent."""
