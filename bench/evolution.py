@@ -128,11 +128,15 @@ def measure_unseen(store, publisher, base: dict, settings) -> dict:
     return out
 
 
-def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=None) -> dict:
+def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=None,
+            models_path: Path | None = None) -> dict:
     """One arm: the loop, then ``measure`` of its log, then ``after(store, publisher, base,
-    settings)`` (default: the unseen families, under "unseen") merged in while the broker is up."""
+    settings)`` (default: the unseen families, under "unseen") merged in while the broker is up.
+    ``models_path``: the models the loop registers and the workers serve (default: models.yaml's
+    registered, the unseen families served besides)."""
     memory = work / generator
-    settings = load_settings(memory_dir=memory, environ={"SEPA_MODELS_FILE": str(models_file(memory))})
+    served = models_path or models_file(memory)
+    settings = load_settings(memory_dir=memory, environ={"SEPA_MODELS_FILE": str(served)})
     started = time.monotonic()
     supervisor.up(settings)
     publisher = None
@@ -140,7 +144,8 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=No
         store = processes.open_store(settings)
         codec = make_codec(settings)
         publisher = Publisher(make_producer(processes.require_bootstrap(settings)), settings.topic_prefix, codec)
-        models = load_models()  # models.yaml's: the unseen families are served, never registered
+        # models.yaml's unless told: the unseen families are served, never registered
+        models = load_models(models_path) if models_path else load_models()
         orchestrator.register_models(publisher, models)
         base = RobosuiteAdapter().base_scenario("Lift", BASE_HORIZON)
         config = orchestrator.EvolveConfig(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1's info lines (dozens per video) off, as the export CLI does
 
 import producers.sim  # noqa: E402,F401  (headless GL before mujoco)
 from consumers.evidence.store import ClickHouseStore, migrate  # noqa: E402

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 from openpi_client import msgpack_numpy
+from websockets.exceptions import ConnectionClosedError
 from websockets.sync.server import serve
 
 from producers.learned.model import PixelPolicy, load, word_tensor
@@ -53,15 +54,20 @@ class LearnedPolicyServer:
                 "dataset_sha256": self.training.get("dataset_sha256")}
 
     def _handle(self, conn) -> None:
-        conn.send(msgpack_numpy.packb(self.metadata))
-        for message in conn:
-            try:
-                reply = {"actions": self.infer(msgpack_numpy.unpackb(message))}
-            except BadObservation as exc:
-                reply = {"error": str(exc)}
-            except Exception as exc:  # msgpack itself failed: the bytes were not a request
-                reply = {"error": f"unreadable request: {exc!r}"[:500]}
-            conn.send(msgpack_numpy.packb(reply))
+        try:
+            conn.send(msgpack_numpy.packb(self.metadata))
+            for message in conn:
+                try:
+                    reply = {"actions": self.infer(msgpack_numpy.unpackb(message))}
+                except BadObservation as exc:
+                    reply = {"error": str(exc)}
+                except Exception as exc:  # msgpack itself failed: the bytes were not a request
+                    reply = {"error": f"unreadable request: {exc!r}"[:500]}
+                conn.send(msgpack_numpy.packb(reply))
+        except ConnectionClosedError as exc:
+            # a client that went without a close frame (a rollout process stopped mid-episode) ends
+            # its own connection only; websockets would log a traceback for each
+            print(f"client {conn.remote_address} went without closing: {exc}", flush=True)
 
     def infer(self, request: Any) -> np.ndarray:
         policy: PixelPolicy = self.policy

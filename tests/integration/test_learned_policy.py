@@ -82,6 +82,9 @@ def test_a_pixel_policy_trains_on_our_export_and_is_served_like_a_vla(lerobot_ve
             assert "actions" not in reply and "observation/images/agentview must be uint8 (32, 32, 3)" in reply["error"]
             ws.send(b"\x00not msgpack")
             assert "unreadable request" in msgpack_numpy.unpackb(ws.recv())["error"]
+        with connect(uri, compression=None, max_size=None) as gone:  # a client that goes without a close frame
+            gone.recv()
+            gone.socket.close()
 
         # the rollout loop drives it as it drives any websocket model
         policy = WebSocketPolicy(uri, env.action_dim, observation=LAYOUT)
