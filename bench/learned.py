@@ -100,6 +100,18 @@ def success(policy_factory, spec: ScenarioSpec, seeds: list[int], cameras: tuple
     return wins
 
 
+def venv_and_work(keep: Path | None, prefix: str) -> tuple[LeRobotVenv | None, Path]:
+    """The LeRobot venv (None, said on stderr, when it is not set up) and the work dir (``keep``, or
+    a new temporary one)."""
+    venv = LeRobotVenv.at()
+    if not venv.ready():
+        print(f"LeRobot is not set up at {venv.root}: run `sepa-eval lerobot setup`", file=sys.stderr)
+        return None, Path()
+    work = keep or Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    return venv, work
+
+
 def rate(wins: int, n: int) -> str:
     low, high = wilson_interval(wins, n)
     return f"{wins / n:.2f} [{low:.2f}, {high:.2f}]"
@@ -114,13 +126,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path)
     args = parser.parse_args(argv)
-    venv = LeRobotVenv.at()
-    if not venv.ready():
-        print(f"LeRobot is not set up at {venv.root}: run `sepa-eval lerobot setup`", file=sys.stderr)
+    venv, work = venv_and_work(args.keep, "sepa-learned-")
+    if venv is None:
         return 2
     budgets = [tuple(int(x) for x in b.split("x")) for b in args.budgets.split(",")]
-    work = args.keep or Path(tempfile.mkdtemp(prefix="sepa-learned-"))
-    work.mkdir(parents=True, exist_ok=True)
     seeds = held_out_seeds(args.seeds)
     t0 = time.monotonic()
     try:

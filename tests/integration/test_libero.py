@@ -206,6 +206,13 @@ def _ended(events: list[dict], request_id: str, started: dict[str, dict]) -> dic
             == request_id}
 
 
+def _stop_worker(pid: int) -> None:
+    """SIGTERM to the worker's group, a second for it to go, then SIGKILL to what is left."""
+    _kill_group(pid, signal.SIGTERM)
+    time.sleep(1)
+    _kill_group(pid)
+
+
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(pid, sig)
@@ -258,9 +265,7 @@ def test_worker_serves_libero_requests_survives_a_kill_and_the_detector_reads_it
                 break
             time.sleep(2)
     finally:
-        _kill_group(pid, signal.SIGTERM)
-        time.sleep(1)
-        _kill_group(pid)
+        _stop_worker(pid)
 
     events = consume(tansu, [f"{prefix}rollout.episodes", f"{prefix}rollout.steps", f"{prefix}deadletter"])
     started = {e["episode_id"]: e for e in events if e["envelope"]["event_type"] == "EpisodeStarted"}
@@ -328,9 +333,7 @@ def test_the_libero_worker_records_the_requested_cameras_at_every_step(libero_ve
                 break
             time.sleep(2)
     finally:
-        _kill_group(pid, signal.SIGTERM)
-        time.sleep(1)
-        _kill_group(pid)
+        _stop_worker(pid)
     steps = sorted((e for e in events if e["envelope"]["event_type"] == "Step"), key=lambda e: e["t"])
     assert len(steps) == 6
     keyframes = tmp_path / "mem" / "keyframes"
