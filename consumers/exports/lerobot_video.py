@@ -22,9 +22,11 @@ is a few hundred bytes per episode above the concatenated file's size.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import av
@@ -42,6 +44,23 @@ ENCODER_FIELDS = {"g": 2, "crf": 30, "preset": 12, "fast_decode": 0, "video_back
 CODEC_OPTIONS = {"g": "2", "crf": "30", "preset": "12", "svtav1-params": "fast-decode=0"}
 
 
+@contextmanager
+def own_scheduling() -> Iterator[None]:
+    """Keeps the calling thread's scheduling policy across an SVT-AV1 encoder's life. Run as root,
+    SVT-AV1 asks for real-time threads and leaves the thread that opened the encoder at SCHED_FIFO,
+    priority 99; every process started from it afterwards (a broker, a worker pool, a policy
+    server) inherited that and starved the machine's other processes."""
+    if not hasattr(os, "sched_getscheduler"):  # not Linux: nothing of the kind to undo
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) != (policy, param.sched_priority):
+            os.sched_setscheduler(0, policy, param)
+
+
 def encode_frames(frames: Sequence[Path], path: Path, fps: int) -> None:
     """encode_video_frames: the PNGs, in order, as one AV1 stream in an MP4 at ``fps``."""
     if not frames:
@@ -49,7 +68,7 @@ def encode_frames(frames: Sequence[Path], path: Path, fps: int) -> None:
     with Image.open(frames[0]) as first:
         width, height = first.size
     path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as output:
+    with own_scheduling(), av.open(str(path), "w") as output:
         stream = output.add_stream(VCODEC, fps, options=CODEC_OPTIONS)
         stream.pix_fmt = PIX_FMT
         stream.width = width
