@@ -12,7 +12,6 @@ from streams.mutations.operators import FailureSeed
 from streams.mutations.settled_clusters import SettledClustering
 
 
-
 def on_lift(event: dict) -> dict:
     """The synthetic episode on a robosuite Lift scenario of its own profile (operators mutate those)."""
     spec = ScenarioSpec(env_name="Lift", horizon=200 + 10 * sorted(SCENARIOS).index(event["scenario_id"]),
