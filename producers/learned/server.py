@@ -84,10 +84,11 @@ class LearnedPolicyServer:
                 got = (f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray)
                        else "nothing" if image is None else type(image).__name__)
                 raise BadObservation(f"{image_key(camera)} must be uint8 ({size}, {size}, 3), got {got}")
-            images.append(torch.from_numpy(image).permute(2, 0, 1).float().unsqueeze(0) / 255.0)
+            # msgpack-numpy hands out read-only views of the message, which torch warns about sharing
+            images.append(torch.from_numpy(image.copy()).permute(2, 0, 1).float().unsqueeze(0) / 255.0)
         state = request.get("observation/state")
         try:
-            state = np.asarray(state, dtype=np.float32).reshape(-1)
+            state = np.array(state, dtype=np.float32).reshape(-1)  # a writable copy, as the images
         except (TypeError, ValueError):
             raise BadObservation(f"observation/state must be {config.state_dim} numbers, got {state!r}"[:300]) from None
         if state.shape != (config.state_dim,) or not np.all(np.isfinite(state)):

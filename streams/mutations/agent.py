@@ -10,7 +10,9 @@ that the answer does not depend on the order they arrived in (settled_clusters.p
 benchmark at the cycle's version as the parents, and the cycle's seed.
 Failure-guided cycles draw operators from the clusters' failure types (streams/mutations/chooser.py),
 the clusters of the cycle's ``focus_models`` (ranked models tied at the top) first, and never an
-operator whose factors the benchmark tests to the gate's cap (chooser.Coverage),
+operator whose factors the benchmark tests to the gate's cap (chooser.Coverage); after a cycle
+that promoted nothing, half its slots go to the coverage grid's points on factors the benchmark
+does not test yet (those candidates say generator "coverage"),
 blind cycles the same operators with random parameters and no seed, coverage cycles the next
 points of a fixed grid of factors and magnitudes over the base scenarios (streams/mutations/coverage.py).
 Every candidate goes through the feasibility pre-check ``check`` the edge passes (robosuite:
@@ -45,9 +47,16 @@ from schemas.typed import to_record
 from streams.deadletter import Intake, Outgoing, RawMessage
 from streams.failures.clusterer import ClustererConfig
 from streams.failures.embedding import EmbeddingConfig
-from streams.mutations.chooser import ChooserConfig, Coverage, blind_candidates, guided_candidates, propose
+from streams.mutations.chooser import (
+    ChooserConfig,
+    Coverage,
+    Generated,
+    blind_candidates,
+    guided_candidates,
+    propose,
+)
 from streams.mutations.coverage import GENERATOR as COVERAGE
-from streams.mutations.coverage import coverage_candidates
+from streams.mutations.coverage import GRID, coverage_candidates
 from streams.mutations.operators import MUTATOR_VERSION, scenario_from_dict
 from streams.mutations.settled_clusters import SettledClustering
 
@@ -113,13 +122,14 @@ class MutatorRunner:
         exclude = set(parents) | {c.scenario_id for c in q.candidates(self.store)}
         cfg = self.config.chooser
         if cycle.generator == COVERAGE:  # the grid is walked over the base, whatever is active now
-            bases = [scenario_from_dict(c.scenario) for c in q.candidates(self.store) if c.generator == "base"]
-            generated = coverage_candidates(bases, cycle.max_candidates, exclude)
+            generated = coverage_candidates(self._bases(), cycle.max_candidates, exclude)
         elif cycle.generator == BLIND:
             generated = blind_candidates(list(parents.values()), cycle.max_candidates, cycle.seed, cfg, exclude) \
                 if parents else None
         else:
             generated = self._guided(cycle, cfg, parents, exclude, benchmark)
+            if self._stalled(cycle):
+                generated = self._explore(generated, cycle, benchmark, exclude)
         candidates = generated.candidates[:cycle.max_candidates] if generated else []
         proposal = propose(candidates, self.check)
         at = cycle.envelope.event_time
@@ -158,6 +168,27 @@ class MutatorRunner:
                                       coverage=Coverage(dict(tested)))
         generated.candidates = [settled.to_live(c, labels) for c in generated.candidates]
         return generated
+
+    def _bases(self) -> list[ScenarioSpec | LiberoScenario]:
+        return [scenario_from_dict(c.scenario) for c in q.candidates(self.store) if c.generator == "base"]
+
+    def _stalled(self, cycle: records.CycleStarted) -> bool:
+        """Whether the run's previous cycle changed nothing: it started at this cycle's version."""
+        before = [c for c in q.cycles(self.store, run_id=cycle.envelope.run_id) if c.cycle == cycle.cycle - 1]
+        return bool(before) and before[0].benchmark_version == cycle.benchmark_version
+
+    def _explore(self, generated: Generated | None, cycle: records.CycleStarted, benchmark,
+                 exclude: set[str]) -> Generated:
+        """After a cycle that promoted nothing, the failures have led where the gate does not follow
+        (their variants are no harder on fresh seeds, or redundant): half the slots, and any the
+        failures leave empty, go to the coverage grid's next points on factors the benchmark does
+        not test yet, so the arm keeps widening instead of circling one axis."""
+        n = cycle.max_candidates
+        guided = (generated.candidates if generated else [])[:n - max(1, n // 2)]
+        tested = {a.factor for a in (benchmark.scenarios if benchmark else ())} | {c.factor for c in guided}
+        explored = coverage_candidates(self._bases(), n - len(guided), exclude | {c.scenario_id for c in guided},
+                                       factors=[f for f in GRID if f not in tested])
+        return Generated(guided + explored.candidates, (generated.skipped if generated else []) + explored.skipped)
 
     def _wait_for_clusters(self, position: int) -> None:
         """The sink writes the clusterer's output a moment after it was published: wait until every

@@ -26,7 +26,7 @@ Magnitudes (``fixed_variant``), for a robosuite parent:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -134,9 +134,10 @@ def fixed_variant(parent: ScenarioSpec, factor: str, magnitude: float) -> Scenar
 
 
 def coverage_candidates(parents: Sequence[ScenarioSpec | LiberoScenario], n: int,
-                        exclude: Iterable[str] = ()) -> Generated:
+                        exclude: Iterable[str] = (), factors: Collection[str] | None = None) -> Generated:
     """The next ``n`` grid points, over the parents in id order, whose scenarios are not in
-    ``exclude``, and the grid points skipped with why (LIBERO parents are not on the grid)."""
+    ``exclude`` (and whose factor is in ``factors``, when given), and the grid points skipped with
+    why (LIBERO parents are not on the grid)."""
     seen = set(exclude)
     out = Generated([], [])
     for parent in sorted(parents, key=lambda p: p.scenario_id):
@@ -147,6 +148,8 @@ def coverage_candidates(parents: Sequence[ScenarioSpec | LiberoScenario], n: int
         for factor, magnitude in grid_order():
             if len(out.candidates) >= n:
                 return out
+            if factors is not None and factor not in factors:
+                continue
             try:
                 spec = fixed_variant(parent, factor, magnitude)
             except OperatorError as exc:

@@ -199,3 +199,36 @@ def test_the_mutator_answers_the_same_whatever_order_the_failures_arrived_in(chd
     finally:
         for s in stores:
             s.command("DROP DATABASE IF EXISTS {database}")
+
+
+def test_a_guided_cycle_after_one_that_promoted_nothing_explores_untested_factors(chdb_store):
+    """#17: failure guidance alone circled one axis (its later candidates were no harder on fresh
+    seeds, and the gate turned them away). After a cycle that changed nothing, half the slots go to
+    the coverage grid's points on factors the benchmark does not test; after a cycle that promoted,
+    the cycle is failure-guided only."""
+    events, first = mutator_log()
+    store = chdb_store.with_database(f"exp_{uuid.uuid4().hex[:10]}")
+    try:
+        migrate(store)
+        store_events(store, events)
+        runner = MutatorRunner(lambda: store, Codec(), MutatorConfig(), check=feasible)
+        store_events(store, runner.answer(first))
+        second = {**first, "cycle_id": "run-c2", "cycle": 2}
+
+        def proposed(answer):
+            return [e for e in answer if e["envelope"]["event_type"] == "CandidateProposed"]
+        stalled = proposed(runner.answer(second))
+        assert [e["generator"] for e in stalled] == ["failure-guided"] * 2 + ["coverage"] * 2
+        guided_factors = {e["factor"] for e in stalled[:2]}
+        assert not {e["factor"] for e in stalled[2:]} & (guided_factors | {"base"})
+        assert {e["parent_scenario_id"] for e in stalled[2:]} == {BASE["scenario_id"]}
+        earlier = {e.scenario_id for e in q.candidates(store)}
+        assert not {e["scenario_id"] for e in stalled} & earlier, "nothing proposed before is proposed again"
+
+        log = EvidenceLog()
+        log.promoted(child(object_friction=0.1), 2, parent_id=BASE["scenario_id"], factor="friction")
+        store_events(store, log.events)
+        moved = proposed(runner.answer({**second, "benchmark_version": 2}))
+        assert moved and {e["generator"] for e in moved} == {"failure-guided"}
+    finally:
+        store.command("DROP DATABASE IF EXISTS {database}")

@@ -45,3 +45,9 @@ def test_candidates_skip_what_was_proposed_and_what_does_not_apply():
     assert any("place applies to a Lift scenario" in s.reason for s in swept.skipped)
     with pytest.raises(OperatorError, match="unknown factor 'gravity'"):
         fixed_variant(LIFT, "gravity", 1.0)
+
+
+def test_a_factor_filter_walks_only_those_factors_in_grid_order():
+    only = coverage_candidates([LIFT], 3, factors={"mass", "hold"}).candidates
+    assert [(c.factor, float(c.params["magnitude"])) for c in only] == \
+        [(f, float(m)) for f, m in grid_order() if f in {"mass", "hold"}][:3]
