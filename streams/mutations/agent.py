@@ -182,13 +182,17 @@ class MutatorRunner:
         """After a cycle that promoted nothing, the failures have led where the gate does not follow
         (their variants are no harder on fresh seeds, or redundant): half the slots, and any the
         failures leave empty, go to the coverage grid's next points on factors the benchmark does
-        not test yet, so the arm keeps widening instead of circling one axis."""
+        not test yet, so the arm keeps widening instead of circling one axis. Slots the grid cannot
+        fill (a LIBERO base is not on it) go back to the failures."""
         n = cycle.max_candidates
-        guided = (generated.candidates if generated else [])[:n - max(1, n // 2)]
+        failures = generated.candidates if generated else []
+        guided = failures[:n - max(1, n // 2)]
         tested = {a.factor for a in (benchmark.scenarios if benchmark else ())} | {c.factor for c in guided}
         explored = coverage_candidates(self._bases(), n - len(guided), exclude | {c.scenario_id for c in guided},
                                        factors=[f for f in GRID if f not in tested])
-        return Generated(guided + explored.candidates, (generated.skipped if generated else []) + explored.skipped)
+        rest = failures[len(guided):][:n - len(guided) - len(explored.candidates)]
+        return Generated(guided + explored.candidates + rest,
+                         (generated.skipped if generated else []) + explored.skipped)
 
     def _wait_for_clusters(self, position: int) -> None:
         """The sink writes the clusterer's output a moment after it was published: wait until every

@@ -225,6 +225,17 @@ def test_a_guided_cycle_after_one_that_promoted_nothing_explores_untested_factor
         earlier = {e.scenario_id for e in q.candidates(store)}
         assert not {e["scenario_id"] for e in stalled} & earlier, "nothing proposed before is proposed again"
 
+        nowhere = chdb_store.with_database(f"exp_{uuid.uuid4().hex[:10]}")  # no base on the grid to explore
+        try:
+            migrate(nowhere)
+            store_events(nowhere, [e for e in events if e["envelope"]["event_type"] != "CandidateProposed"])
+            blocked = MutatorRunner(lambda: nowhere, Codec(), MutatorConfig(), check=feasible)
+            store_events(nowhere, blocked.answer(first))
+            refilled = proposed(blocked.answer(second))
+            assert [e["generator"] for e in refilled] == ["failure-guided"] * 4, "the failures take the slots back"
+        finally:
+            nowhere.command("DROP DATABASE IF EXISTS {database}")
+
         log = EvidenceLog()
         log.promoted(child(object_friction=0.1), 2, parent_id=BASE["scenario_id"], factor="friction")
         store_events(store, log.events)
