@@ -27,11 +27,13 @@ __all__ = ["Episode", "EpisodeOutcome", "StepRecord", "run_episode"]
 
 class Episode(episode.Episode):
     def __init__(self, env: Any, policy: Any, seed: int, *, keyframe_every: int = 0, keyframe_size: int = 128,
-                 cameras: tuple[str, ...] = (), camera_size: int = CAMERA_SIZE):
+                 cameras: tuple[str, ...] = (), camera_size: int = CAMERA_SIZE, policy_cameras: tuple[str, ...] = (),
+                 policy_camera_size: int = CAMERA_SIZE):
         # LIBERO's success: the hold (at least 1) ends the episode early; at the horizon the last step decides
         rule = SuccessRule(hold_steps=max(1, env.spec.success_hold_steps), hold_steps_at_horizon=1)
         super().__init__(env, policy, seed, rule=rule, keyframe_every=keyframe_every, keyframe_size=keyframe_size,
-                         cameras=cameras, camera_size=camera_size)
+                         cameras=cameras, camera_size=camera_size, policy_cameras=policy_cameras,
+                         policy_camera_size=policy_camera_size)
         self.hold = rule.hold_steps
 
     def final_keyframe(self) -> np.ndarray | None:

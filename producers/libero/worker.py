@@ -23,8 +23,11 @@ Pool processes keep their envs (ENV_CACHE_SIZE, least recently used dropped; a L
 callable: pool processes are spawned).
 
 Models: the scripted ones of the model registry (producers/sim/configs/models.yaml: the oracle
-and the graded scripted-*), as LIBERO pick-and-place policies with the same Skill, and openpi
-policy servers by model id (``policy_servers``: model_id -> ws:// URI).
+and the graded scripted-*), as LIBERO pick-and-place policies with the same Skill; the registry's
+websocket models (a user's policy server, or one trained here on our export: producers/learned/)
+with their own observation layout and cameras, rendered before every action, as the robosuite
+worker serves them; and openpi policy servers by model id (``policy_servers``: model_id -> ws://
+URI), sent openpi's LIBERO layout (producers/libero/policies.py).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 
 from producers.commits import Committer
 from producers.env_cache import EnvCache
-from producers.episode import requested_cameras
+from producers.episode import CAMERA_SIZE, requested_cameras
 from producers.keyframes import KeyframeStore
 from producers.libero.exceptions import LiberoError
 from producers.parent_death import die_with_parent
@@ -63,28 +66,48 @@ REQUESTS = BY_NAME["rollout.requests"]  # decoded against it: the same reasons a
 
 @dataclass(frozen=True)
 class LiberoModel:
-    """A model this worker can run: scripted (a Skill) or an openpi server (a URI)."""
+    """A model this worker can run: scripted (a Skill), a registered websocket model (its registry
+    entry: layout, cameras) or an openpi server (a URI)."""
 
     model_id: str
     version: str
-    kind: str  # "oracle", "scripted" or "openpi"
+    kind: str  # "oracle", "scripted", "websocket" or "openpi"
     skill: Any = None
     uri: str | None = None
+    config: Any = None  # websocket: the registry's ModelConfig
+
+    @property
+    def cameras(self) -> tuple[tuple[str, ...], int]:
+        """(cameras, side in pixels) rendered before every action into the policy's observation as
+        ``<camera>_image``: a websocket model's own; none for the others (openpi's renders its own)."""
+        if self.kind == "websocket":
+            return tuple(self.config.cameras), self.config.camera_size
+        return (), CAMERA_SIZE
 
     def make_policy(self) -> Any:
         from producers.libero.policies import OpenpiLiberoPolicy, ScriptedPickPlace
 
         if self.kind == "openpi":
             return OpenpiLiberoPolicy(self.uri, name=self.model_id)
+        if self.kind == "websocket":
+            return self.config.make_policy()
         return ScriptedPickPlace(self.skill, name=self.model_id)
+
+    def episode(self, env: Any, seed: int, **kwargs: Any) -> Any:
+        """One episode of this model on ``env`` (kwargs: producers/libero/rollout.py's Episode)."""
+        from producers.libero.rollout import Episode
+
+        cameras, size = self.cameras
+        return Episode(env, self.make_policy(), seed, policy_cameras=cameras, policy_camera_size=size, **kwargs)
 
 
 def load_libero_models(models_path: str | Path | None = None,
                        policy_servers: dict[str, str] | None = None) -> dict[str, LiberoModel]:
-    """The registry's scripted models plus the openpi servers, by model id."""
-    from producers.sim.models import registered_models
+    """The registry's models (scripted and websocket) plus the openpi servers, by model id."""
+    from producers.sim.models import WEBSOCKET, registered_models
 
-    models = {m.model_id: LiberoModel(m.model_id, m.version, m.kind, skill=m.skill)
+    models = {m.model_id: LiberoModel(m.model_id, m.version, m.kind, skill=m.skill, uri=m.uri,
+                                      config=m if m.kind == WEBSOCKET else None)
               for m in registered_models(models_path or None).values()}
     for model_id, uri in (policy_servers or {}).items():
         if not uri.startswith(("ws://", "wss://")):
@@ -150,7 +173,6 @@ def ping() -> int:
 def run_seeds(request: dict, seeds: list[int], keyframe_root: str,
               models: dict[str, LiberoModel]) -> list[EpisodeSummary]:
     """One process's share of a request, published and acknowledged before it returns."""
-    from producers.libero.rollout import Episode
     if _publisher is None:
         raise RuntimeError("run_seeds runs in a LiberoPool process (its initializer makes the publisher)")
     model = models[request["model_id"]]
@@ -163,8 +185,8 @@ def run_seeds(request: dict, seeds: list[int], keyframe_root: str,
             env = _cached_env(scenario, True)
             identity = episode_identity(request, scenario, model, seed, _simulator)
             cameras, camera_size = requested_cameras(request, env)
-            summary = record_episode(Episode(env, model.make_policy(), seed, keyframe_every=keyframe_every,
-                                             cameras=cameras, camera_size=camera_size),
+            summary = record_episode(model.episode(env, seed, keyframe_every=keyframe_every, cameras=cameras,
+                                                   camera_size=camera_size),
                                      _publisher, identity, keyframes)
             if summary.termination == "env_error":  # do not reuse an env whose simulation raised
                 _drop_env(scenario, True)

@@ -1,6 +1,7 @@
 """Run in the LIBERO venv by the LIBERO integration tests.
 
-    <libero python> tests/integration/libero_episodes.py record BOOTSTRAP PREFIX REQUEST_JSON [--server M=URI] SEED...
+    <libero python> tests/integration/libero_episodes.py record BOOTSTRAP PREFIX REQUEST_JSON
+            [--server=M=URI] [--models=PATH] SEED...
         one process records a request's seeds in order, with one env for all of them (as a pool
         process does), through the recorder to a broker; prints the episode summaries as JSON
     <libero python> tests/integration/libero_episodes.py probe SCENARIO_JSON [SCENARIO_JSON ...]
@@ -16,7 +17,6 @@ import numpy as np
 
 from producers.libero.env import LiberoEnv, simulator_versions
 from producers.libero.feasibility import check_feasibility
-from producers.libero.rollout import Episode
 from producers.libero.worker import PRODUCER, episode_identity, load_libero_models
 from producers.recorder import record_episode
 from schemas.libero_scenario import LiberoScenario
@@ -27,16 +27,17 @@ def record(bootstrap: str, prefix: str, request_path: str, *rest: str) -> None:
     from producers.publisher import Publisher
 
     servers = dict(a.split("=", 1)[1].split("=", 1) for a in rest if a.startswith("--server="))
+    models_path = next((a.split("=", 1)[1] for a in rest if a.startswith("--models=")), None)
     seeds = [int(a) for a in rest if not a.startswith("--")]
     request = json.loads(Path(request_path).read_text())
     spec = LiberoScenario.from_dict(request["scenario"])
-    model = load_libero_models(policy_servers=servers)[request["model_id"]]
+    model = load_libero_models(models_path, policy_servers=servers)[request["model_id"]]
     publisher = Publisher(make_producer(bootstrap), prefix)
-    env = LiberoEnv(spec)
+    env = LiberoEnv(spec, keyframes=bool(model.cameras[0]))  # a pixel policy's cameras render from it
     out = []
     for seed in seeds:
         identity = episode_identity(request, spec, model, seed, simulator_versions())
-        summary = record_episode(Episode(env, model.make_policy(), seed), publisher, identity, None)
+        summary = record_episode(model.episode(env, seed), publisher, identity, None)
         out.append({"seed": seed, "episode_id": summary.episode_id, "termination": summary.termination,
                     "steps": summary.steps, "error": summary.error, "producer": PRODUCER})
     publisher.flush()

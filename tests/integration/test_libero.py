@@ -125,10 +125,10 @@ def in_libero(venv: LiberoVenv, args: list[str], tmp_path: Path, bootstrap: str 
 
 
 def run_in_libero(venv: LiberoVenv, bootstrap: str, prefix: str, request: dict, seeds: list[int],
-                  tmp_path: Path, servers: dict[str, str] | None = None) -> list[dict]:
+                  tmp_path: Path, servers: dict[str, str] | None = None, models: Path | None = None) -> list[dict]:
     path = tmp_path / f"request-{uuid.uuid4().hex[:6]}.json"
     path.write_text(json.dumps(request, default=str))
-    extra = [f"--server={m}={u}" for m, u in (servers or {}).items()]
+    extra = [f"--server={m}={u}" for m, u in (servers or {}).items()] + ([f"--models={models}"] if models else [])
     return in_libero(venv, ["record", bootstrap, prefix, str(path), *extra, *map(str, seeds)], tmp_path, bootstrap,
                      prefix)
 
@@ -399,6 +399,42 @@ def test_an_openpi_vla_gets_liberos_observation_layout(libero_venv, catalog, tan
     events = consume(tansu, [f"{prefix}rollout.episodes"])
     started = next(e for e in events if e["envelope"]["event_type"] == "EpisodeStarted")
     assert started["model_id"] == "my-vla" and started["model_version"] == "server"
+
+
+def test_a_registered_pixel_policy_gets_its_own_layout_and_cameras_on_libero(libero_venv, catalog, tansu, tmp_path):
+    """A websocket model of the registry (a policy trained on our export: producers/learned/) runs on
+    LIBERO as on robosuite (#19): its cameras rendered before every action at its size, its state
+    from the Step's signals in its layout's order, the instruction as its prompt."""
+    spec = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[SOUP], horizon=12)
+    state = ["joint_pos", "eef_pos", "eef_quat", "gripper_opening"]
+    prefix = fresh_prefix(tansu)
+    with OpenpiServer() as server:
+        models = tmp_path / "models.yaml"
+        models.write_text(json.dumps({"models": [
+            {"model_id": "oracle", "version": "1", "kind": "oracle", "rank": 0,
+             "skill": {"target_noise_m": 0.0, "action_noise": 0.0, "timing_jitter": 0.0, "precision": 1.0}},
+            {"model_id": "pixel-vla", "version": "3", "kind": "websocket", "uri": server.uri, "action_dim": 7,
+             "cameras": ["agentview", "robot0_eye_in_hand"], "camera_size": 32,
+             "observation": {"observation/images/agentview": "agentview_image",
+                             "observation/images/wrist": "robot0_eye_in_hand_image",
+                             "observation/state": state}}]}))  # JSON is YAML
+        request = rollout_request(spec.to_dict(), "pixel-vla", [0], run_id="pixel")
+        ran = run_in_libero(libero_venv, tansu, prefix, request, [0], tmp_path, models=models)
+    assert ran[0]["termination"] == "timeout" and ran[0]["steps"] == 12, ran
+    assert len(server.observations) == 2  # chunks of 10: 10 + 2
+    obs = server.observations[0]
+    assert set(obs) == {"observation/images/agentview", "observation/images/wrist", "observation/state", "prompt"}
+    assert obs["prompt"] == "pick up the alphabet soup and place it in the basket"
+    agent, wrist = obs["observation/images/agentview"], obs["observation/images/wrist"]
+    for image in (agent, wrist):
+        assert image.shape == (32, 32, 3) and image.dtype == np.uint8 and image.std() > 5
+    assert not np.array_equal(agent, wrist)
+    assert obs["observation/state"].shape == (7 + 3 + 4 + 1,)
+    z = 7 + 2  # eef_pos's z, after the 7 joint positions: the hand rose between the two requests
+    assert server.observations[1]["observation/state"][z] > obs["observation/state"][z] + 0.01
+    started = next(e for e in consume(tansu, [f"{prefix}rollout.episodes"])
+                   if e["envelope"]["event_type"] == "EpisodeStarted")
+    assert started["model_id"] == "pixel-vla" and started["model_version"] == "3"
 
 
 def test_the_venvs_python_runs_the_libero_bench_by_hand(libero_venv, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from infra.libero_venv import ROOT, LiberoVenv
@@ -51,6 +53,22 @@ def test_models_are_the_registrys_scripted_ones_plus_policy_servers():
     assert models["pi0"].kind == "openpi" and models["oracle"].skill == Skill()
     with pytest.raises(ValueError, match="ws:// or wss://"):
         load_libero_models(policy_servers={"pi0": "http://127.0.0.1:8000"})
+
+
+def test_a_registered_websocket_model_keeps_its_layout_and_cameras(tmp_path):
+    """Not run as a scripted policy (it has no skill): as the robosuite worker runs it."""
+    path = tmp_path / "models.yaml"
+    path.write_text(json.dumps({"models": [
+        {"model_id": "oracle", "version": "1", "kind": "oracle", "rank": 0,
+         "skill": {"target_noise_m": 0.0, "action_noise": 0.0, "timing_jitter": 0.0, "precision": 1.0}},
+        {"model_id": "pixel", "version": "2", "kind": "websocket", "uri": "ws://127.0.0.1:9", "action_dim": 7,
+         "cameras": ["agentview"], "camera_size": 48, "observation": {"observation/state": ["eef_pos"]}}]}))
+    models = load_libero_models(path)
+    pixel = models["pixel"]
+    assert pixel.kind == "websocket" and pixel.cameras == (("agentview",), 48)
+    policy = pixel.make_policy()
+    assert policy.uri == "ws://127.0.0.1:9" and policy.observation == {"observation/state": ("eef_pos",)}
+    assert models["oracle"].cameras[0] == ()
 
 
 def test_the_launcher_starts_nothing_without_a_libero_venv(tmp_path):
