@@ -38,6 +38,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -135,19 +136,12 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=No
     ``models_path``: the models the loop registers and the workers serve (default: models.yaml's
     registered, the unseen families served besides)."""
     memory = work / generator
-    served = models_path or models_file(memory)
-    settings = load_settings(memory_dir=memory, environ={"SEPA_MODELS_FILE": str(served)})
     started = time.monotonic()
-    supervisor.up(settings)
-    publisher = None
-    try:
-        store = processes.open_store(settings)
-        codec = make_codec(settings)
-        publisher = Publisher(make_producer(processes.require_bootstrap(settings)), settings.topic_prefix, codec)
+    with stack(memory, models_path or models_file(memory)) as (store, publisher, settings):
         # models.yaml's unless told: the unseen families are served, never registered
         models = load_models(models_path) if models_path else load_models()
         orchestrator.register_models(publisher, models)
-        base = RobosuiteAdapter().base_scenario("Lift", BASE_HORIZON)
+        base = base_scenario()
         config = orchestrator.EvolveConfig(
             run_id=f"bench-{generator}", cycles=cycles, sweep_seeds=args.sweep_seeds,
             max_candidates=args.max_candidates, generator=generator, seed=args.seed,
@@ -168,6 +162,24 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=No
         result.update(after(store, publisher, base, settings) if after is not None
                       else {"unseen": measure_unseen(store, publisher, base, settings)})
         return result
+
+
+def base_scenario() -> dict:
+    return RobosuiteAdapter().base_scenario("Lift", BASE_HORIZON)
+
+
+@contextlib.contextmanager
+def stack(memory: Path, served: Path):
+    """The whole product up on the embedded default in ``memory`` (a kept one is opened again),
+    serving the models of ``served``: (store, publisher, settings); down on leaving."""
+    settings = load_settings(memory_dir=memory, environ={"SEPA_MODELS_FILE": str(served)})
+    supervisor.up(settings)
+    publisher = None
+    try:
+        store = processes.open_store(settings)
+        publisher = Publisher(make_producer(processes.require_bootstrap(settings)), settings.topic_prefix,
+                              make_codec(settings))
+        yield store, publisher, settings
     finally:
         if publisher is not None:
             publisher.flush()

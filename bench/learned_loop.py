@@ -16,6 +16,7 @@ Usage:
     python bench/learned_loop.py [--demos 30] [--budgets 5x100,10x300,30x1500] [--cycles 2]
                                  [--budget 2500] [--sweep-seeds 10] [--seeds 10] [--size 64] [--seed 0]
                                  [--keep DIR]
+    python bench/learned_loop.py --measure DIR [--seeds 10]    # a kept run's family measured again
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.evolution import run_arm  # noqa: E402
+from bench.evolution import base_scenario, run_arm, stack  # noqa: E402
 from bench.learned import CAMERAS, LAYOUT, record_demos, train, venv_and_work  # noqa: E402
 from bench.validity import ORACLE_SOLVABLE, reference_suite, success_rates  # noqa: E402
 from consumers import state as q  # noqa: E402
@@ -42,6 +43,8 @@ from producers.seeds import held_out_seeds  # noqa: E402
 from producers.sim.models import DEFAULT_MODELS_PATH, load_models  # noqa: E402
 
 WAIT_S = 3600.0
+ARM = "failure-guided"
+MODELS_FILE = "models-with-learned.yaml"
 
 
 def free_port() -> int:
@@ -104,11 +107,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path)
+    parser.add_argument("--measure", type=Path, metavar="DIR",
+                        help="a work dir kept by --keep: measure its family on its log again (no training, no loop)")
     args = parser.parse_args(argv)
+    t0 = time.monotonic()
+    if args.measure is not None:
+        report(measure_kept(args.measure, args.seeds), t0)
+        return 0
     venv, work = venv_and_work(args.keep, "sepa-learned-loop-")
     if venv is None:
         return 2
-    t0 = time.monotonic()
     try:
         demos = record_demos(work, args.demos, args.size)
         family: dict[str, Path] = {}
@@ -118,12 +126,29 @@ def main(argv: list[str]) -> int:
             training = train(venv, demos, work / name, episodes, steps, args.seed)
             family[name] = work / name
             print(f"{name}: trained in {training['wall_s']:.0f} s (loss {training['final_loss']:.3f})", flush=True)
-        models_path = models_with_family(work / "models-with-learned.yaml", family, args.size)
-        result = run_arm("failure-guided", args, work, args.cycles, args.budget,
+        models_path = models_with_family(work / MODELS_FILE, family, args.size)
+        result = run_arm(ARM, args, work, args.cycles, args.budget,
                          after=measure_family(list(family), args.seeds), models_path=models_path)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
+    report(result, t0)
+    return 0
+
+
+def measure_kept(work: Path, n_seeds: int) -> dict:
+    """The family of a kept run (its models file, in budget order) measured again on its log: the
+    benchmark as the loop left it (a run stopped early: as far as it got)."""
+    models_path = work / MODELS_FILE
+    if not models_path.exists():
+        raise SystemExit(f"{work} is not a work dir kept by --keep: it has no {MODELS_FILE}")
+    names = [m.model_id for m in load_models(models_path) if m.policy is not None]
+    with stack(work / ARM, models_path) as (store, publisher, settings):
+        return {**measure_family(names, n_seeds)(store, publisher, base_scenario(), settings),
+                "scores": "not measured again (--measure)"}
+
+
+def report(result: dict, t0: float) -> None:
     f = result["family"]
     print(f"\nheld-out seeds: {f['seeds']} per model x scenario; reference suite {f['suite_kept']} of {f['suite']} "
           f"scenarios (oracle >= {ORACLE_SOLVABLE:.0%}); evolved benchmark factors: {', '.join(f['factors'])}")
@@ -140,7 +165,6 @@ def main(argv: list[str]) -> int:
               f"spread {max(rates) - min(rates):.0%}")
     print(f"scripted models, held-out, on the evolved benchmark: {result['scores']}")
     print(f"total wall time {time.monotonic() - t0:.0f} s")
-    return 0
 
 
 def _rho(a: list[float], b: list[float]) -> str:
