@@ -73,7 +73,7 @@ class LiberoModel:
     version: str
     kind: str  # "oracle", "scripted", "websocket" or "openpi"
     skill: Any = None
-    uri: str | None = None
+    uri: str | None = None  # openpi only (a websocket model's is in its config)
     config: Any = None  # websocket: the registry's ModelConfig
 
     @property
@@ -106,7 +106,7 @@ def load_libero_models(models_path: str | Path | None = None,
     """The registry's models (scripted and websocket) plus the openpi servers, by model id."""
     from producers.sim.models import WEBSOCKET, registered_models
 
-    models = {m.model_id: LiberoModel(m.model_id, m.version, m.kind, skill=m.skill, uri=m.uri,
+    models = {m.model_id: LiberoModel(m.model_id, m.version, m.kind, skill=m.skill,
                                       config=m if m.kind == WEBSOCKET else None)
               for m in registered_models(models_path or None).values()}
     for model_id, uri in (policy_servers or {}).items():
