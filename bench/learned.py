@@ -76,10 +76,13 @@ def record_demos(work: Path, n: int, size: int) -> Path:
     return demos
 
 
-def train(venv: LeRobotVenv, demos: Path, output: Path, episodes: int, steps: int, seed: int) -> dict:
+def train(venv: LeRobotVenv, demos: Path, output: Path, episodes: int, steps: int, seed: int,
+          words: bool = False) -> dict:
+    """One policy of the family (``words``: it reads the instruction, for multi-task data)."""
     proc = subprocess.run([str(venv.python), "-m", "producers.learned.train", "--dataset", str(demos), "--output",
                            str(output), "--episodes", str(episodes), "--steps", str(steps), "--seed", str(seed),
-                           "--no-words"], env=venv.environ(ROOT), cwd=ROOT, capture_output=True, text=True)
+                           *([] if words else ["--no-words"])], env=venv.environ(ROOT), cwd=ROOT,
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"training {output.name} failed: {proc.stderr[-2000:]}")
     return json.loads((output / "policy.json").read_text())["training"]

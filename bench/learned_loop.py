@@ -59,7 +59,7 @@ def models_with_family(path: Path, family: dict[str, Path], size: int) -> Path:
     layout = {k: list(v) for k, v in LAYOUT.items()}
     for name, policy in family.items():
         doc["models"].append({"model_id": name, "version": "1", "kind": "websocket",
-                              "description": f"bench/learned_loop.py: {name}", "uri": f"ws://127.0.0.1:{free_port()}",
+                              "description": f"learned pixel policy {name} (bench/)", "uri": f"ws://127.0.0.1:{free_port()}",
                               "action_dim": 7, "cameras": list(CAMERAS), "camera_size": size,
                               "policy": str(policy), "observation": layout})
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -228,6 +228,17 @@ def rollout_workers(settings: Settings, bootstrap: str) -> list[str]:
     return [f"group member {m}" for m in group_members(bootstrap, GROUP_ID, settings.broker_timeout_s)]
 
 
+def libero_workers(settings: Settings, bootstrap: str) -> list[str]:
+    """LIBERO workers serving this memory dir's topics: the one `up` started, else the members of
+    their consumer group on brokers that report members."""
+    from producers.libero.worker import GROUP_ID
+
+    state = RunState.read(settings)
+    if is_running(state.libero_pid, LIBERO_MARKER):
+        return [f"pid {state.libero_pid}"]
+    return [f"group member {m}" for m in group_members(bootstrap, GROUP_ID, settings.broker_timeout_s)]
+
+
 # The faust app id of the streams worker (streams.app.StreamsConfig.app_id): its consumer group.
 STREAMS_GROUP = "sepa-streams"
 

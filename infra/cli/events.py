@@ -171,6 +171,14 @@ def require_rollout_worker(settings: Settings, bootstrap: str) -> None:
                          "(run `sepa-eval up`, which starts one, or `sepa-eval rollout-worker`)")
 
 
+def require_libero_worker(settings: Settings, bootstrap: str) -> None:
+    """LIBERO's requests are served by the LIBERO worker alone (its own venv)."""
+    if not processes.libero_workers(settings, bootstrap):
+        raise NotRunning(f"no LIBERO worker is running under {settings.run_dir} or in its consumer group on "
+                         f"{bootstrap}: nothing would serve LIBERO's requests (`sepa-eval libero setup`, then "
+                         "`sepa-eval up` starts one)")
+
+
 def require_pipeline(settings: Settings) -> None:
     """The episodes are awaited in the evidence log: something must be storing them."""
     if settings.embedded_store and not processes.RunState.read(settings).pipeline_alive:
@@ -180,8 +188,15 @@ def require_pipeline(settings: Settings) -> None:
 
 @app.command()
 def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id from models.yaml"),
-            env: str = typer.Option("Lift"), scenario_file: Path | None = typer.Option(None, "--scenario"),
-            episodes: int = typer.Option(5, min=1), seed: int = typer.Option(0), horizon: int = typer.Option(200),
+            env: str = typer.Option("Lift", help="the robosuite task"),
+            scenario_file: Path | None = typer.Option(None, "--scenario", help="a scenario JSON file (robosuite)"),
+            benchmark: str = typer.Option("robosuite", help="robosuite, or libero (the LIBERO worker serves it: "
+                                                            "`sepa-eval libero setup` first)"),
+            suite: str = typer.Option("libero_object", help="--benchmark libero: the LIBERO suite"),
+            tasks: str | None = typer.Option(None, help="--benchmark libero: its tasks, indices or names, "
+                                                        "comma-separated (default: every task of the suite)"),
+            episodes: int = typer.Option(5, min=1), seed: int = typer.Option(0),
+            horizon: int = typer.Option(200, help="robosuite (LIBERO tasks keep their suite's horizon)"),
             keyframe_every: int = typer.Option(0, min=0),
             cameras: str = typer.Option("", help="record these cameras at every step, comma-separated "
                                                  "(e.g. agentview,robot0_eye_in_hand): demonstrations with pixels"),
@@ -190,38 +205,51 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
     """Publish a RolloutRequested and wait until its episodes are in the evidence log (the rollout
     worker that `up` started runs them). With --cameras every step keeps what those cameras saw
     (frames in the memory dir's keyframe store, by hash): `export-episodes --format lerobot`
-    writes them as LeRobot videos."""
+    writes them as LeRobot videos. With --benchmark libero, one request per task of the suite (the
+    instruction names the object): multi-task demonstrations."""
+    from infra.cli.loop import libero_base
     from producers.sim.models import load_models
 
     settings = settings_of(ctx)
     try:
         orchestrator.check_models([model], load_models(settings.models_file))
-        scenario = _scenario(env, scenario_file, horizon)
+        if benchmark == "libero":
+            scenarios = list(libero_base(suite, tasks))
+        elif benchmark == "robosuite":
+            scenarios = [_scenario(env, scenario_file, horizon)]
+        else:
+            raise ValueError(f"--benchmark must be robosuite or libero, got {benchmark!r}")
         bootstrap = processes.require_bootstrap(settings)
         require_rollout_worker(settings, bootstrap)
+        if benchmark == "libero":
+            require_libero_worker(settings, bootstrap)
         require_pipeline(settings)
         store = processes.open_store(settings)
         publisher = make_publisher(settings, bootstrap, codec_of(ctx))
         seeds = list(range(seed, seed + episodes))
         camera_names = tuple(c.strip() for c in cameras.split(",") if c.strip())
-        [request] = orchestrator.request_rollouts(publisher, store, scenario, [model], seeds, run_id="cli",
-                                                  keyframe_every=keyframe_every, cameras=camera_names,
-                                                  camera_size=camera_size)
+        requests = [request for scenario in scenarios
+                    for request in orchestrator.request_rollouts(
+                        publisher, store, scenario, [model], seeds, run_id="cli", keyframe_every=keyframe_every,
+                        cameras=camera_names, camera_size=camera_size)]
+        what = requests[0]["scenario_id"] if len(requests) == 1 else f"{len(requests)} {suite} tasks"
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task(f"{model} on {request['scenario_id']}", total=episodes)
-            waits.wait_for_episodes(store, [request], waits.deadline_in(timeout),
+            task = bar.add_task(f"{model} on {what}", total=episodes * len(requests))
+            waits.wait_for_episodes(store, requests, waits.deadline_in(timeout),
                                     progress=lambda done, total: bar.update(task, completed=done),
-                                    check=waits.still_coming(settings, store, [request]))
-        ended = q.episode_outcomes(store, [request["request_id"]])
+                                    check=waits.still_coming(settings, store, requests))
+        ended = {r["request_id"]: q.episode_outcomes(store, [r["request_id"]]) for r in requests}
     except (InfraError, EvidenceError, ProducerError, ValueError, KeyError, OSError) as exc:
         fail(exc)
-    table = Table("seed", "episode", "termination", "steps")
-    for seed_, episode_id, termination, steps, _ in ended:
-        table.add_row(str(seed_), episode_id, termination, str(steps))
+    table = Table("scenario", "seed", "episode", "termination", "steps")
+    for request in requests:
+        for seed_, episode_id, termination, steps, _ in ended[request["request_id"]]:
+            table.add_row(request["scenario_id"], str(seed_), episode_id, termination, str(steps))
     console.print(table)
-    successes = sum(bool(row[4]) for row in ended)
-    console.print(f"{model} on {request['scenario_id']}: {successes}/{len(ended)} successes")
+    for request in requests:
+        rows = ended[request["request_id"]]
+        console.print(f"{model} on {request['scenario_id']}: {sum(bool(r[4]) for r in rows)}/{len(rows)} successes")
 
 
 @app.command("rollout-worker")

@@ -69,7 +69,8 @@ def _in_venv(module: str, args: list[str], cache_root: Path | None) -> None:
 def train(dataset: Path = typer.Option(..., help="a LeRobot dataset (export-episodes --model oracle --format lerobot)"),
           output: Path = typer.Option(..., help="where the trained policy goes"),
           cameras: str = typer.Option("agentview,robot0_eye_in_hand", help="the dataset's cameras it sees"),
-          episodes: int | None = typer.Option(None, min=1, help="the first N demonstrations (default: all)"),
+          episodes: int | None = typer.Option(None, min=1, help="N demonstrations, taken in turn from every task "
+                                                                 "(default: all)"),
           steps: int = typer.Option(2000, min=1), batch: int = typer.Option(32, min=1),
           chunk: int = typer.Option(8, min=1, help="actions per request"), seed: int = typer.Option(0),
           words: bool = typer.Option(True, help="read the instruction (--no-words for one task)"),

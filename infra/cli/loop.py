@@ -15,6 +15,7 @@ from consumers.report import write_report
 from consumers.state import content_digest, derived_state, open_reviews, state_digest
 from infra import orchestrator, processes, supervisor, waits
 from infra.cli.base import app, codec_of, console, fail, make_publisher, republished_line, settings_of
+from infra.cli.events import require_libero_worker
 from infra.exceptions import InfraError, WaitTimeout
 from producers.exceptions import ProducerError
 from streams.exceptions import ConfigError
@@ -72,6 +73,8 @@ def run(ctx: typer.Context,
         if result.republished:
             console.print(republished_line(result.republished))
         bootstrap = processes.require_bootstrap(settings)
+        if benchmark == "libero":
+            require_libero_worker(settings, bootstrap)
         store = processes.open_store(settings)
         publisher = make_publisher(settings, bootstrap, codec_of(ctx))
         orchestrator.register_models(publisher, models)

@@ -38,8 +38,21 @@ def dataset_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
+def balanced_episodes(tasks: list[list[str]], n: int) -> list[int]:
+    """The first ``n`` episodes taken in turn from each task (the first of every task, then the
+    second, ...), so a small budget of a multi-task dataset still covers every task; on one task,
+    the first ``n``. ``tasks`` is each episode's task list, in episode order."""
+    by_task: dict[str, list[int]] = {}
+    for index, names in enumerate(tasks):
+        by_task.setdefault(names[0], []).append(index)
+    turns: list[int] = []
+    for rank in range(max(map(len, by_task.values()), default=0)):
+        turns += [indices[rank] for indices in by_task.values() if rank < len(indices)]
+    return sorted(turns[:n])
+
+
 def load_samples(root: Path, cameras: tuple[str, ...], episodes: int | None, chunk: int) -> dict:
-    """Every frame of the first ``episodes`` episodes, decoded once: uint8 images per camera, the
+    """Every frame of ``episodes`` episodes (balanced_episodes), decoded once: uint8 images per camera, the
     previous frame's state, the action chunk and its padding mask, the task text."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
@@ -50,7 +63,7 @@ def load_samples(root: Path, cameras: tuple[str, ...], episodes: int | None, chu
     if missing:
         raise ValueError(f"{root} has no camera {missing}; its cameras: "
                          f"{[k.removeprefix('observation.images.') for k in meta.camera_keys]}")
-    chosen = list(range(min(episodes, meta.total_episodes))) if episodes else None
+    chosen = balanced_episodes(meta.episodes["tasks"], episodes) if episodes else None
     fps = meta.fps
     ds = LeRobotDataset("sepa/export", root=root, episodes=chosen, video_backend="pyav",
                         delta_timestamps={"observation.state": [-1 / fps], "action": [i / fps for i in range(chunk)]})
@@ -118,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", type=Path, required=True, help="a LeRobot v3.0 dataset directory (our export)")
     parser.add_argument("--output", type=Path, required=True, help="where the trained policy goes")
     parser.add_argument("--cameras", default="agentview,robot0_eye_in_hand")
-    parser.add_argument("--episodes", type=int, default=None, help="the first N episodes (default: all)")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="N episodes, taken in turn from each task (default: all)")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--chunk", type=int, default=8)

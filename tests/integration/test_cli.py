@@ -83,6 +83,12 @@ def test_up_is_locked_waits_until_ready_and_its_rollout_worker_serves_requests(t
         unknown = sepa(memory_dir, "rollout", "--model", "nonexistent")
         assert unknown.returncode == 1 and "'nonexistent' is not in the model registry" in unknown.stderr
 
+        # LIBERO's requests with no LIBERO worker up (this stack has it off): refused, not awaited
+        libero = sepa(memory_dir, "rollout", "--model", "oracle", "--benchmark", "libero", "--tasks", "0")
+        assert libero.returncode == 1, libero.stdout + libero.stderr
+        said = libero.stderr
+        assert "no LIBERO worker is running" in said or "LIBERO is not set up" in said, said
+
         rollout = sepa(memory_dir, "rollout", "--model", "scripted-novice", "--episodes", "2", "--horizon", "40")
         assert rollout.returncode == 0, rollout.stdout + rollout.stderr
         assert re.search(r"scripted-novice on scn-\w+: \d/2 successes", rollout.stdout), rollout.stdout

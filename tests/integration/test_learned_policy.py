@@ -120,3 +120,15 @@ def test_a_pixel_policy_trains_on_our_export_and_is_served_like_a_vla(lerobot_ve
         stopped = stop_policy_servers(pids)
     assert stopped == ["pixel-bc"] and not answers("127.0.0.1", port)
     assert "serving" in log_path(settings, "pixel-bc").read_text()
+
+
+def test_a_small_budget_of_multi_task_demonstrations_covers_every_task(lerobot_venv):
+    # episodes 0-2 are one task's, 3-4 another's, 5 a third's: two episodes are the first of the
+    # first two tasks, four reach the third task before any task's third episode
+    code = ("import json; from producers.learned.train import balanced_episodes as b; "
+            "t = [['a'], ['a'], ['a'], ['b'], ['b'], ['c']]; print(json.dumps([b(t, 2), b(t, 4), b(t, 9), "
+            "b([['a']] * 5, 3)]))")
+    out = subprocess.run([str(lerobot_venv.python), "-c", code], env=lerobot_venv.environ(ROOT), cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [[0, 3], [0, 1, 3, 5], [0, 1, 2, 3, 4, 5], [0, 1, 2]]

@@ -5,6 +5,7 @@ validation on the LIBERO worker, the gate's decisions, the report of the finishe
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from stack_helpers import clean_env, processes_holding, run_chdb, sepa
@@ -22,6 +23,12 @@ def test_run_on_libero_goes_round_the_loop_on_libero_scenarios_only(libero_venv,
                       "--sweep-seeds", "20", "--measure-seeds", "4", "--max-candidates", "1", env=env,
                       timeout=RUN_TIMEOUT_S)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        # demonstrations with pixels on two tasks of the suite, one request each, from one command
+        demos = sepa(memory_dir, "rollout", "--model", "oracle", "--benchmark", "libero", "--tasks", "0,1",
+                     "--episodes", "1", "--seed", "100", "--cameras", "agentview,robot0_eye_in_hand",
+                     "--camera-size", "32", env=env, timeout=600)
+        assert demos.returncode == 0, demos.stdout[-3000:] + demos.stderr[-3000:]
+        assert len(re.findall(r"oracle on scn-\w+: 1/1 successes", demos.stdout)) == 2, demos.stdout
     finally:
         sepa(memory_dir, "down", env=env)
     facts = json.loads(run_chdb(memory_dir, """
@@ -34,13 +41,17 @@ print(json.dumps({
     "requested": sorted([b, p] for b, p in rows),
     "candidates": {c.scenario_id: c.status for c in q.candidates(store)},
     "answered": [c.answered for c in q.cycles(store)],
+    "framed": store.query("SELECT uniqExact(episode_id) FROM {database}.rollout_steps FINAL "
+                          "WHERE length(mapKeys(frames)) = 2")[0][0],
 }))
 """))
     assert facts["answered"] == [True], facts
     assert facts["measured"] == [4], "every model measured on 4 held-out seeds of every active scenario"
     # every rollout of the run, sweeps and validation alike, was of a LIBERO scenario
     assert {b for b, _ in facts["requested"]} == {"libero"}, facts["requested"]
-    assert {p for _, p in facts["requested"]} == {"sweep", "validation"}, "the critics validated LIBERO candidates"
+    # the critics validated LIBERO candidates; adhoc: the demonstrations
+    assert {p for _, p in facts["requested"]} == {"sweep", "validation", "adhoc"}, facts["requested"]
+    assert facts["framed"] == 2, "both demonstrations kept their cameras' frames at every step"
     assert len(facts["candidates"]) > 1, "the mutator proposed LIBERO candidates besides the base"
     assert [s for s, status in facts["candidates"].items() if status == "pending"] == [], facts["candidates"]
     assert "cycle 1:" in result.stdout and (memory_dir / "report.md").exists()
