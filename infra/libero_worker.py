@@ -34,7 +34,7 @@ from pathlib import Path
 from infra.exceptions import PipelineError
 from infra.kafka_clients import consumer_config, make_producer
 from infra.libero_venv import ROOT, LiberoVenv
-from infra.settings import Settings, load_settings, settings_environ
+from infra.settings import Settings, child_settings, load_settings, settings_environ
 
 READY_TIMEOUT_S = 180.0
 READY_FILE = "libero-worker-ready.json"
@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     bootstrap = settings.bootstrap_servers
     codec = Codec(schema_ids_for(settings.schema_registry_url))
-    models = load_libero_models(args.models_file, _policy_servers(args.policy_server))
+    # the registry `up` serves (SEPA_MODELS_FILE) unless told: a model the robosuite workers know
+    # and this one does not would have its LIBERO requests dead-lettered
+    models = load_libero_models(args.models_file or settings.models_file, _policy_servers(args.policy_server))
     pool = LiberoPool(functools.partial(make_producer, bootstrap), settings.topic_prefix,
                       settings.memory_dir / "keyframes", models, args.processes)
     pool.ready()  # every pool process has imported LIBERO before the worker says it is ready
@@ -111,10 +113,8 @@ def worker_command(venv: LiberoVenv, ready_file: Path, processes: int = 2,
 def worker_environ(settings: Settings, bootstrap: str, venv: LiberoVenv) -> dict[str, str]:
     """The child's environment: ours, the settings as SEPA_* (with the resolved broker), the LIBERO
     venv's variables (its config, EGL, this project's code first on the path)."""
-    resolved = settings.model_copy(update={"bootstrap_servers": bootstrap,
-                                           "memory_dir": settings.memory_dir.resolve()})
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SEPA_", "VIRTUAL_ENV", "PYTHON"))}
-    return {**base, **settings_environ(resolved), **venv.environ(ROOT)}
+    return {**base, **settings_environ(child_settings(settings, bootstrap)), **venv.environ(ROOT)}
 
 
 def ready_file_of(settings: Settings) -> Path:

@@ -125,6 +125,13 @@ def settings_environ(settings: Settings) -> dict[str, str]:
             for name, value in settings.model_dump().items() if value is not None}
 
 
+def child_settings(settings: Settings, bootstrap: str) -> Settings:
+    """The settings a child process is given: the broker resolved, and the paths absolute, since
+    children run in the run dir (a relative memory dir or models file would move)."""
+    return settings.model_copy(update={"bootstrap_servers": bootstrap, "memory_dir": settings.memory_dir.resolve(),
+                                       "models_file": settings.models_file and settings.models_file.resolve()})
+
+
 def load_settings(config_file: Path | None = None, environ: dict[str, str] | None = None,
                   **overrides) -> Settings:
     """The only place that reads the environment and the config file."""

@@ -45,7 +45,7 @@ from infra.processes import (
     open_store,
     ready_path,
 )
-from infra.settings import Settings, settings_environ
+from infra.settings import Settings, child_settings, settings_environ
 from producers.sim.models import load_models
 from schemas.codec import Codec
 
@@ -188,12 +188,8 @@ def _check_streams_settings(settings: Settings) -> None:
 def child_environ(settings: Settings, bootstrap: str) -> dict[str, str]:
     """The environment of a child: ours without any SEPA_* variable, plus the settings as SEPA_*
     (the broker resolved, the memory dir absolute) and this checkout first on the import path."""
-    resolved = settings.model_copy(update={"bootstrap_servers": bootstrap,
-                                           "memory_dir": settings.memory_dir.resolve(),
-                                           # children run in the run dir: a relative path would move
-                                           "models_file": settings.models_file and settings.models_file.resolve()})
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEPA_")}
-    env.update(settings_environ(resolved))
+    env.update(settings_environ(child_settings(settings, bootstrap)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     return env
 

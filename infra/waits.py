@@ -45,19 +45,18 @@ def deadline_in(seconds: float) -> float:
     return time.monotonic() + seconds
 
 
-def still_coming(settings: Settings, store: EvidenceStore, requests: list[dict]) -> Check:
-    """A check for the waits: the rollout worker and the pipeline still run, and no request was
-    refused by the rollout worker (dead-lettered: its episodes will never come)."""
+def still_coming(settings: Settings) -> Check:
+    """A check for the waits: the rollout worker and the pipeline still run."""
     state = processes.RunState.read(settings)
-    topic = BY_NAME["rollout.requests"].full_name(settings.topic_prefix)
 
     def check() -> None:
         _require_alive(settings, state, (processes.ROLLOUT, processes.PIPELINE))
-        refused = q.refused_requests(store, topic, [r["request_id"] for r in requests])
-        if refused:
-            raise RequestRefused("; ".join(f"the rollout worker refused {rid}: {reason}"
-                                           for rid, reason in refused.items()))
     return check
+
+
+def requests_topic(settings: Settings) -> str:
+    """The rollout requests' topic, where a worker's refusals are dead-lettered from."""
+    return BY_NAME["rollout.requests"].full_name(settings.topic_prefix)
 
 
 def still_running(settings: Settings) -> Check:
@@ -97,8 +96,11 @@ class Settled:
 
 
 def wait_for_episodes(store: EvidenceStore, requests: list[dict], deadline: float,
-                      progress: Progress | None = None, check: Check | None = None) -> int:
-    """Until every requested episode's EpisodeEnded is in the evidence log; returns their number."""
+                      progress: Progress | None = None, check: Check | None = None,
+                      requests_topic: str | None = None) -> int:
+    """Until every requested episode's EpisodeEnded is in the evidence log; returns their number.
+    ``requests_topic`` (the requests' full topic name): a request a rollout worker dead-lettered
+    from it raises RequestRefused with the reason at once, since its episodes will never come."""
     expected = {r["request_id"]: len(r["seeds"]) for r in requests}
     total = sum(expected.values())
     while True:
@@ -110,6 +112,15 @@ def wait_for_episodes(store: EvidenceStore, requests: list[dict], deadline: floa
             return total
         if check is not None:
             check()
+        if requests_topic is not None:
+            # refusals of these publications only: a dead letter's time is its message's, and each
+            # request was made just before it was published
+            pending = [r for r in requests if ended.get(r["request_id"], 0) < len(r["seeds"])]
+            refused = q.refused_requests(store, requests_topic, [r["request_id"] for r in pending],
+                                         since=min(r["envelope"]["event_time"] for r in pending))
+            if refused:
+                raise RequestRefused("; ".join(f"a rollout worker refused {rid}: {reason}"
+                                               for rid, reason in refused.items()))
         if time.monotonic() > deadline:
             short = [f"{rid}: {ended.get(rid, 0)} of {n}" for rid, n in expected.items() if ended.get(rid, 0) < n]
             raise WaitTimeout(f"{total - done} of {total} requested episodes have not ended in the evidence log "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime
 
 from consumers.evidence.columns import table_columns
 from consumers.evidence.store import EvidenceStore
@@ -41,10 +42,15 @@ def table_fingerprints(store: EvidenceStore) -> dict[str, list]:
 
 # --- the digest replay verifies ------------------------------------------------------------------
 
-def refused_requests(store: EvidenceStore, requests_topic: str, request_ids: list[str]) -> dict[str, str]:
-    """request_id -> reason, for requests a rollout worker dead-lettered (their episodes never come)."""
-    rows = store.query("SELECT original, reason FROM {database}.dead_letters FINAL WHERE source_topic = {topic:String}",
-                       {"topic": requests_topic}, column_formats={"original": "bytes"})
+def refused_requests(store: EvidenceStore, requests_topic: str, request_ids: list[str],
+                     since: datetime | None = None) -> dict[str, str]:
+    """request_id -> reason, for requests a rollout worker dead-lettered (their episodes never come).
+    ``since``: refusals at or after it only (a request published again after an earlier refusal,
+    say once its model was registered, is not refused by that one)."""
+    rows = store.query("SELECT original, reason FROM {database}.dead_letters FINAL WHERE source_topic = {topic:String} "
+                       "AND envelope.event_time >= {since:DateTime64(6, 'UTC')}",
+                       {"topic": requests_topic, "since": since or datetime(1970, 1, 1, tzinfo=UTC)},
+                       column_formats={"original": "bytes"})
     return {rid: reason for original, reason in rows for rid in request_ids if rid.encode() in original}
 
 

@@ -10,6 +10,8 @@ import re
 import pytest
 from stack_helpers import clean_env, processes_holding, run_chdb, sepa
 
+from producers.sim.models import DEFAULT_MODELS_PATH
+
 RUN_TIMEOUT_S = 1500
 
 
@@ -17,7 +19,11 @@ RUN_TIMEOUT_S = 1500
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)  # ~10 min alone on 2 cores, ~17 beside another slow test
 def test_run_on_libero_goes_round_the_loop_on_libero_scenarios_only(libero_venv, tmp_path):
     memory_dir = tmp_path / "m"
-    env = clean_env(SEPA_LIBERO_WORKER="true")
+    # a registry of the user's own (one model renamed): the LIBERO worker must serve the one `up`
+    # was given, as the robosuite worker does, or that model's LIBERO requests are refused
+    models = tmp_path / "models.yaml"
+    models.write_text(DEFAULT_MODELS_PATH.read_text().replace("model_id: scripted-expert", "model_id: my-expert"))
+    env = clean_env(SEPA_LIBERO_WORKER="true", SEPA_MODELS_FILE=str(models))
     try:
         result = sepa(memory_dir, "run", "--benchmark", "libero", "--tasks", "0", "--cycles", "1",
                       "--sweep-seeds", "20", "--measure-seeds", "4", "--max-candidates", "1", env=env,
@@ -41,11 +47,13 @@ print(json.dumps({
     "requested": sorted([b, p] for b, p in rows),
     "candidates": {c.scenario_id: c.status for c in q.candidates(store)},
     "answered": [c.answered for c in q.cycles(store)],
+    "models": sorted({s.model_id for s in held_out}),
     "framed": store.query("SELECT uniqExact(episode_id) FROM {database}.rollout_steps FINAL "
                           "WHERE length(mapKeys(frames)) = 2")[0][0],
 }))
 """))
     assert facts["answered"] == [True], facts
+    assert "my-expert" in facts["models"] and "scripted-expert" not in facts["models"], facts["models"]
     assert facts["measured"] == [4], "every model measured on 4 held-out seeds of every active scenario"
     # every rollout of the run, sweeps and validation alike, was of a LIBERO scenario
     assert {b for b, _ in facts["requested"]} == {"libero"}, facts["requested"]

@@ -7,13 +7,14 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from evidence_factory import EvidenceLog, spec, store_events
 from sinks import make_sink
 
 from consumers import state as q
-from infra.exceptions import WaitTimeout
+from infra.exceptions import RequestRefused, WaitTimeout
 from infra.kafka_clients import ensure_topics, make_producer
 from infra.orchestrator import EvolveConfig, check_models, cycle_started, request_rollouts
 from infra.waits import Settled, deadline_in, wait_for_episodes, wait_until_settled
@@ -145,6 +146,14 @@ def test_the_waits_name_what_is_missing_until_every_episode_is_analysed_and_ever
     sink.landed("dead_letters", 1)
     assert q.refused_requests(store, topic, [first["request_id"], longer["request_id"]]) == {
         longer["request_id"]: "KeyError: model 'x' is not registered"}
+    # a wait for its episodes ends at once with that reason, not at its deadline
+    with pytest.raises(RequestRefused, match=r"refused req-\w+: KeyError: model 'x' is not registered"):
+        wait_for_episodes(store, [longer], deadline_in(600), requests_topic=topic)
+    # published again later (the model since registered), it is not refused by the earlier refusal
+    again = {**longer, "envelope": {**longer["envelope"], "event_time": datetime.now(UTC) + timedelta(seconds=1)}}
+    assert q.refused_requests(store, topic, [longer["request_id"]], since=again["envelope"]["event_time"]) == {}
+    with pytest.raises(WaitTimeout):
+        wait_for_episodes(store, [again], deadline_in(0), requests_topic=topic)
 
 
 def test_an_unknown_model_is_refused_before_anything_is_published():

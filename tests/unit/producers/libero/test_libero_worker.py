@@ -86,7 +86,8 @@ def test_the_worker_is_told_absolute_paths_under_a_relative_memory_dir(tmp_path,
     # `up` starts the worker in the run dir: a relative ready file or memory dir would name paths
     # under the run dir itself (eval_memory/run/eval_memory/...), and the worker died at ready.
     monkeypatch.chdir(tmp_path)
-    settings = load_settings(environ={}, memory_dir="eval_memory")
+    settings = load_settings(environ={"SEPA_MODELS_FILE": "my-models.yaml"}, memory_dir="eval_memory")
     assert ready_file_of(settings) == tmp_path / "eval_memory" / "run" / ready_file_of(settings).name
     env = worker_environ(settings, "127.0.0.1:9", LiberoVenv.at(tmp_path))
     assert env["SEPA_MEMORY_DIR"] == str(tmp_path / "eval_memory")
+    assert env["SEPA_MODELS_FILE"] == str(tmp_path / "my-models.yaml")  # the registry `up` serves
