@@ -26,6 +26,7 @@ import pytest
 from analysed_episodes import analysed_episodes, is_failure
 from confluent_kafka import Consumer, TopicPartition
 from marks import slow_on_kafka
+from steady_publisher import publish_steadily
 from test_streams_restart import TopicReader, start_worker, wait_for_line
 
 from infra.kafka_clients import ensure_topics, make_producer
@@ -65,18 +66,6 @@ def clusters_of(values, codec: Codec) -> dict[str, set[str]]:
     for episode_id, cluster_id in latest.items():
         out.setdefault(cluster_id, set()).add(episode_id)
     return out
-
-
-def publish_steadily(broker: str, prefix: str, events: list[dict], done: threading.Event) -> None:
-    publisher = Publisher(make_producer(broker), prefix)
-    t0 = time.monotonic()
-    for i, event in enumerate(events):
-        publisher.publish(event)
-        if i % 5 == 4:
-            publisher.producer.poll(0)
-            time.sleep(max(0.0, t0 + (i + 1) / EPISODES_PER_S - time.monotonic()))
-    publisher.flush()
-    done.set()
 
 
 def committed(broker: str, topic: str) -> int:
@@ -154,7 +143,8 @@ def test_kill_9_of_the_clusterer_mid_stream_then_a_replay_change_no_cluster(brok
     logs = [tmp_path / f"worker-{i}.log" for i in (1, 2, 3)]
     reader = TopicReader(broker, clusters_topic, codec)
     published = threading.Event()
-    publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published), daemon=True)
+    publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published, EPISODES_PER_S, 5),
+                                 daemon=True)
     worker = start_worker(broker, prefix, tmp_path / "mem", logs[0])
     try:
         wait_for_line(logs[0], ACTIVE, worker, timeout=90)
@@ -222,7 +212,8 @@ def test_a_second_clusterer_stands_by_and_takes_over_with_the_same_ids(broker, p
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
     reader = TopicReader(broker, prefix + "failures.clusters", codec)
     published = threading.Event()
-    publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published), daemon=True)
+    publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published, EPISODES_PER_S, 5),
+                                 daemon=True)
     workers = [start_worker(broker, prefix, tmp_path / f"mem-{i}", log) for i, log in enumerate(logs)]
     pairs = list(zip(workers, logs, strict=True))
 

@@ -28,10 +28,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from marks import slow_on_kafka
+from steady_publisher import publish_steadily
 
-from infra.kafka_clients import make_producer
 from producers import synthetic
-from producers.publisher import Publisher
 from schemas.codec import Codec
 from streams.failures.detector import DetectorConfig, EpisodeDetector
 
@@ -95,18 +94,6 @@ class TopicReader:
         self.consumer.close()
 
 
-def publish_steadily(broker: str, prefix: str, events: list[dict], done: threading.Event) -> None:
-    publisher = Publisher(make_producer(broker), prefix)
-    t0 = time.monotonic()
-    for i in range(0, len(events), 100):
-        for event in events[i:i + 100]:
-            publisher.publish(event)
-        publisher.producer.poll(0)
-        time.sleep(max(0.0, t0 + (i + 100) / EVENTS_PER_S - time.monotonic()))
-    publisher.flush()
-    done.set()
-
-
 def start_worker(broker: str, prefix: str, memory_dir: Path, log_path: Path,
                  extra_args: tuple[str, ...] = ("--without-web",)) -> subprocess.Popen:
     """A streams worker as a deployment starts it. Without faust's web server by default: it binds
@@ -156,7 +143,8 @@ def test_kill_9_of_the_streams_worker_mid_stream_loses_and_changes_no_failure_mo
     first_log, second_log = tmp_path / "worker-1.log", tmp_path / "worker-2.log"
     reader = TopicReader(broker, prefix + "failures.moments", codec)
     published = threading.Event()
-    publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published), daemon=True)
+    publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published, EVENTS_PER_S),
+                                 daemon=True)
     worker = start_worker(broker, prefix, tmp_path / "mem", first_log)
     try:
         wait_for_line(first_log, "Worker ready", worker, timeout=90)

@@ -38,10 +38,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient
+from steady_publisher import publish_steadily
 
-from infra.kafka_clients import ensure_topics, make_producer
+from infra.kafka_clients import ensure_topics
 from producers import synthetic
-from producers.publisher import Publisher
 from schemas.catalog import BY_NAME, topic_for
 from schemas.codec import Codec
 from streams.deadletter import RawMessage
@@ -122,18 +122,6 @@ class OutputReader:
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def publish_steadily(broker: str, prefix: str, events: list[dict], done: threading.Event) -> None:
-    publisher = Publisher(make_producer(broker), prefix)
-    t0 = time.monotonic()
-    for i in range(0, len(events), 100):
-        for event in events[i:i + 100]:
-            publisher.publish(event)
-        publisher.producer.poll(0)
-        time.sleep(max(0.0, t0 + (i + 100) / EVENTS_PER_S - time.monotonic()))
-    publisher.flush()
-    done.set()
 
 
 def start_worker(broker: str, prefix: str, memory_dir: Path, log_path: Path) -> subprocess.Popen:
@@ -225,8 +213,11 @@ def test_two_workers_joining_and_killed_mid_stream_lose_and_duplicate_no_failure
     reader = OutputReader(broker, [moments_topic, episodes_topic], codec)
     admin = AdminClient({"bootstrap.servers": broker})
     logs = {"A": tmp_path / "worker-a.log", "B": tmp_path / "worker-b.log"}
-    published = threading.Event()
-    publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published), daemon=True)
+    published, joined, killed = threading.Event(), threading.Event(), threading.Event()
+    # the middle third flows once B has joined, the last once A is dead: both land mid-stream
+    gates = [(len(events) // 3, joined), (2 * len(events) // 3, killed)]
+    publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published, EVENTS_PER_S),
+                                 kwargs={"gates": gates}, daemon=True)
     workers = {"A": start_worker(broker, prefix, tmp_path / "mem-a", logs["A"])}
     timings: dict[str, float] = {}
     try:
@@ -244,6 +235,7 @@ def test_two_workers_joining_and_killed_mid_stream_lose_and_duplicate_no_failure
                    "a stable group of two workers holding two rollout.steps partitions each", 60, workers,
                    reader.poll)
         at_join = committed(broker, partitions)
+        joined.set()
         wait_until(lambda: all(n > at_join[tp] for tp, n in committed(broker, partitions).items()
                                if tp[0] == prefix + "rollout.steps"),
                    "every rollout.steps partition committed progress with both workers in the group", 60, workers,
@@ -255,6 +247,7 @@ def test_two_workers_joining_and_killed_mid_stream_lose_and_duplicate_no_failure
         publishing_at_kill = not published.is_set()
         reader.poll(0.5)
         seen_at_kill = len(reader.copies[moments_topic])
+        killed.set()
         assert 0 < seen_at_kill < len(expected), "the kill must land mid-stream"
 
         survivor = {"B": workers["B"]}
@@ -276,6 +269,8 @@ def test_two_workers_joining_and_killed_mid_stream_lose_and_duplicate_no_failure
         workers["B"].send_signal(signal.SIGTERM)
         workers["B"].wait(60)
     finally:
+        joined.set()
+        killed.set()
         for worker in workers.values():
             if worker.poll() is None:
                 worker.kill()
