@@ -142,9 +142,10 @@ def test_kill_9_of_the_clusterer_mid_stream_then_a_replay_change_no_cluster(brok
 
     logs = [tmp_path / f"worker-{i}.log" for i in (1, 2, 3)]
     reader = TopicReader(broker, clusters_topic, codec)
-    published = threading.Event()
+    published, killed = threading.Event(), threading.Event()
+    # the last third is held until the kill, so the kill lands mid-stream however loaded the machine
     publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published, EPISODES_PER_S, 5),
-                                 daemon=True)
+                                 kwargs={"gates": [(2 * len(events) // 3, killed)]}, daemon=True)
     worker = start_worker(broker, prefix, tmp_path / "mem", logs[0])
     try:
         wait_for_line(logs[0], ACTIVE, worker, timeout=90)
@@ -154,6 +155,7 @@ def test_kill_9_of_the_clusterer_mid_stream_then_a_replay_change_no_cluster(brok
         worker.kill()  # SIGKILL: no final commit, no flush
         worker.wait()
         at_kill = reader.poll(0.5)
+        killed.set()
         assert 0 < at_kill < len(expected), "the kill must land mid-stream"
 
         worker = start_worker(broker, prefix, tmp_path / "mem", logs[1])
@@ -193,6 +195,7 @@ def test_kill_9_of_the_clusterer_mid_stream_then_a_replay_change_no_cluster(brok
         assert stats["already_taken_in"] == sum(map(is_failure, events)) and stats.get("taken_in", 0) == 0
         replayed.close()
     finally:
+        killed.set()
         if worker.poll() is None:
             worker.kill()
             worker.wait()
@@ -211,9 +214,10 @@ def test_a_second_clusterer_stands_by_and_takes_over_with_the_same_ids(broker, p
     episodes_topic = prefix + "failures.episodes"
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
     reader = TopicReader(broker, prefix + "failures.clusters", codec)
-    published = threading.Event()
+    published, killed = threading.Event(), threading.Event()
+    # the last third is held until the kill, so the kill lands mid-stream however loaded the machine
     publisher = threading.Thread(target=publish_steadily, args=(broker, prefix, events, published, EPISODES_PER_S, 5),
-                                 daemon=True)
+                                 kwargs={"gates": [(2 * len(events) // 3, killed)]}, daemon=True)
     workers = [start_worker(broker, prefix, tmp_path / f"mem-{i}", log) for i, log in enumerate(logs)]
     pairs = list(zip(workers, logs, strict=True))
 
@@ -232,12 +236,14 @@ def test_a_second_clusterer_stands_by_and_takes_over_with_the_same_ids(broker, p
         workers[active].kill()
         workers[active].wait()
         at_kill = reader.poll(0.5)
+        killed.set()
         assert 0 < at_kill < len(expected), "the kill must land mid-stream"
         wait_for_output(reader, expected, published, workers[standby], logs[standby], 120)
         stop(workers[standby])
         assert said(ACTIVE) == [0, 1]  # the standby became active
         check_log(reader, expected, events, codec, logs[standby])
     finally:
+        killed.set()
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()
