@@ -65,7 +65,7 @@ def record_demos(work: Path, n: int, size: int) -> Path:
                     for r in orchestrator.request_rollouts(publisher, store, scenario, ["oracle"], selection_seeds(n),
                                                            run_id="demos", cameras=CAMERAS, camera_size=size)]
         waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S), check=waits.still_running(settings),
-                                requests_topic=waits.requests_topic(settings))
+                                requests_topic=waits.requests_topic(settings.topic_prefix))
         demos = work / "demos"
         shutil.rmtree(demos, ignore_errors=True)
         summary = export_lerobot(store, demos, settings.memory_dir / "keyframes",
@@ -93,7 +93,7 @@ def measure(work: Path, models_path: Path, names: list[str], probes: list[str], 
         requests = orchestrator.request_sweeps(publisher, store, [s for ss in sets.values() for s in ss], models,
                                                seeds)
         waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S), check=waits.still_running(settings),
-                                requests_topic=waits.requests_topic(settings))
+                                requests_topic=waits.requests_topic(settings.topic_prefix))
         print(f"measurement: {len(requests)} requests in {time.monotonic() - t0:.0f} s", flush=True)
         everyone = [*names, "oracle"]
         return {"seeds": len(seeds), "tasks": len(sets["base"]),

@@ -80,7 +80,7 @@ def measure_family(names: list[str], n_seeds: int):
         t0 = time.monotonic()
         requests = orchestrator.request_sweeps(publisher, store, [base, *evolved, *suite], models, seeds)
         waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S), check=waits.still_running(settings),
-                                requests_topic=waits.requests_topic(settings))
+                                requests_topic=waits.requests_topic(settings.topic_prefix))
         print(f"  measurement sweeps: {len(requests)} requests in {time.monotonic() - t0:.0f} s", flush=True)
         kept = [s["scenario_id"] for s in suite
                 if success_rates(store, [oracle], [s["scenario_id"]], seeds)[oracle] >= ORACLE_SOLVABLE]

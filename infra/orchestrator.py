@@ -17,13 +17,12 @@ from datetime import datetime
 from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
 from infra.exceptions import RequestRefused
-from infra.waits import POLL_S, Check, deadline_in, poll_until, wait_for_episodes, wait_until_settled
+from infra.waits import POLL_S, Check, deadline_in, poll_until, requests_topic, wait_for_episodes, wait_until_settled
 from producers.episode import CAMERA_SIZE
 from producers.publisher import Publisher
 from producers.rollout_worker import rollout_request, sweep_request
 from producers.seeds import held_out_seeds, selection_seeds
 from producers.sim.models import ModelConfig
-from schemas.catalog import BY_NAME
 from schemas.events import make_event, stable_id
 
 
@@ -191,10 +190,6 @@ def _ensure_base(store, publisher, config: EvolveConfig, on_event, check) -> Non
                        f"{sorted(wanted - set(q.active_scenarios(store)))}")
 
 
-def _requests_topic(publisher: Publisher) -> str:
-    return BY_NAME["rollout.requests"].full_name(publisher.prefix)
-
-
 def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k: int, on_event, check) -> CycleReport:
     started = time.monotonic()
     spent_before = q.episodes_spent(store)
@@ -207,7 +202,7 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
                               held_out_seeds(config.measure_seeds))
     on_event("sweep", {"version": version, "scenarios": len(benchmark.scenarios), "requests": len(requests)})
     deadline = deadline_in(config.stage_timeout_s)
-    wait_for_episodes(store, requests, deadline, check=check, requests_topic=_requests_topic(publisher))
+    wait_for_episodes(store, requests, deadline, check=check, requests_topic=requests_topic(publisher.prefix))
     settled = wait_until_settled(store, requests, deadline, check=check, fragile=config.fragile)
     on_event("settled", settled)
 
@@ -257,7 +252,7 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
                                held_out_seeds(config.measure_seeds))
     on_event("measure", {"version": after.version, "requests": len({r["request_id"] for r in measures})})
     wait_for_episodes(store, measures, deadline_in(config.stage_timeout_s), check=check,
-                      requests_topic=_requests_topic(publisher))
+                      requests_topic=requests_topic(publisher.prefix))
     made = [v for v in q.benchmark_versions(store) if v.version > version]
     report = CycleReport(
         cycle=k, cycle_id=cycle_id, version_before=version, version_after=after.version,

@@ -54,9 +54,9 @@ def still_coming(settings: Settings) -> Check:
     return check
 
 
-def requests_topic(settings: Settings) -> str:
+def requests_topic(topic_prefix: str) -> str:
     """The rollout requests' topic, where a worker's refusals are dead-lettered from."""
-    return BY_NAME["rollout.requests"].full_name(settings.topic_prefix)
+    return BY_NAME["rollout.requests"].full_name(topic_prefix)
 
 
 def still_running(settings: Settings) -> Check:

@@ -237,7 +237,7 @@ def eval_(ctx: typer.Context,
             waits.wait_for_episodes(store, requests, waits.deadline_in(timeout),
                                     progress=lambda done, total: bar.update(task, completed=done),
                                     check=waits.still_coming(settings),
-                                    requests_topic=waits.requests_topic(settings))
+                                    requests_topic=waits.requests_topic(settings.topic_prefix))
         pinned = {config.model_id: config.version}
         table = q.scores(store, version=benchmark.version, model_ids=[config.model_id], model_versions=pinned,
                          seeds=q.HELD_OUT)
