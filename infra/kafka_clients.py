@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.exceptions import BrokerError, BrokerUnreachable
+from infra.offset_holes import ContiguousConsumer
 from infra.settings import Settings
 from schemas.catalog import MAX_MESSAGE_BYTES, TOPICS, Topic
 from schemas.codec import Codec
@@ -83,6 +84,12 @@ def consumer_config(bootstrap: str, group_id: str, session_timeout_ms: int, **ex
 
 def make_producer(bootstrap: str, **extra) -> Producer:
     return Producer(producer_config(bootstrap, **extra))
+
+
+def make_consumer(bootstrap: str, group_id: str, session_timeout_ms: int, **extra) -> ContiguousConsumer:
+    """A consumer of our topics, reading every partition without holes (infra/offset_holes.py says
+    why the embedded broker needs it)."""
+    return ContiguousConsumer(consumer_config(bootstrap, group_id, session_timeout_ms, **extra))
 
 
 def ensure_topics(bootstrap: str, prefix: str, topics: tuple[Topic, ...] = TOPICS,

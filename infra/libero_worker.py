@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from infra.exceptions import PipelineError
-from infra.kafka_clients import consumer_config, make_producer
+from infra.kafka_clients import make_consumer, make_producer
 from infra.libero_venv import ROOT, LiberoVenv
 from infra.settings import Settings, child_settings, load_settings, settings_environ
 
@@ -60,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    from confluent_kafka import Consumer
 
     from producers.libero.worker import GROUP_ID, LiberoPool, LiberoWorker, load_libero_models
     from producers.publisher import Publisher
@@ -80,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     pool = LiberoPool(functools.partial(make_producer, bootstrap), settings.topic_prefix,
                       settings.memory_dir / "keyframes", models, args.processes)
     pool.ready()  # every pool process has imported LIBERO before the worker says it is ready
-    consumer = Consumer(consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms,
-                                        **{"max.poll.interval.ms": 3_600_000}))
+    consumer = make_consumer(bootstrap, GROUP_ID, settings.session_timeout_ms, **{"max.poll.interval.ms": 3_600_000})
     publisher = Publisher(make_producer(bootstrap), settings.topic_prefix, codec)
 
     def ready() -> None:

@@ -19,12 +19,10 @@ import signal
 import sys
 import threading
 
-from confluent_kafka import Consumer
-
 from consumers.evidence.endpoint import serve
 from consumers.evidence.sink import GROUP_ID, EvidenceSink
 from consumers.evidence.store import ClickHouseStore, migrate
-from infra.kafka_clients import consumer_config, make_codec, make_producer, require_broker
+from infra.kafka_clients import make_codec, make_consumer, make_producer, require_broker
 from infra.processes import PIPELINE, write_ready
 from infra.settings import Settings, load_settings
 
@@ -48,7 +46,7 @@ def run(settings: Settings, stop: threading.Event) -> None:
         write_ready(settings, PIPELINE.name, ready)
         log.info("pipeline ready: %s", ready)
         while not stop.is_set():
-            consumer = Consumer(consumer_config(settings.bootstrap_servers, GROUP_ID, settings.session_timeout_ms))
+            consumer = make_consumer(settings.bootstrap_servers, GROUP_ID, settings.session_timeout_ms)
             sink = EvidenceSink(store, consumer, make_producer(settings.bootstrap_servers), codec,
                                 settings.topic_prefix, settings.sink_batch_max, settings.sink_linger_ms)
             try:

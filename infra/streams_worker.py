@@ -27,7 +27,8 @@ from pathlib import Path
 import faust
 from confluent_kafka import Consumer
 
-from infra.kafka_clients import consumer_config
+from infra.aiokafka_holes import read_contiguously
+from infra.kafka_clients import make_consumer
 from infra.settings import Settings
 from infra.streams_config import llm_summarizer, streams_config
 from schemas.codec import Codec
@@ -45,10 +46,11 @@ def build_app(settings: Settings, bootstrap_servers: str, codec: Codec, ready_fi
     """The worker's app: make_app with this codec and the settings' summary model, faust's web
     server as the settings say (whatever faust's command line says), and a ready file."""
     config = streams_config(settings, bootstrap_servers, **overrides)
+    read_contiguously()  # faust's consumer too: the embedded broker can show a batch's successors first
 
     def consumer_factory(extra: dict) -> Consumer:  # the clusterer's restore reads failures.clusters with it
-        return Consumer(consumer_config(bootstrap_servers, f"{config.app_id}-clusterer-restore",
-                                        settings.session_timeout_ms, **extra))
+        return make_consumer(bootstrap_servers, f"{config.app_id}-clusterer-restore", settings.session_timeout_ms,
+                             **extra)
 
     def store_factory():  # the mutator, the gate and the sweeper read the log: through the pipeline when it owns it
         from infra.processes import open_store

@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 
 import typer
-from confluent_kafka import Consumer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -22,7 +21,7 @@ from infra import orchestrator, processes, waits
 from infra.cli.base import app, codec_of, console, err, fail, make_publisher, settings_of
 from infra.embedded_broker import TansuBroker
 from infra.exceptions import InfraError, NotRunning
-from infra.kafka_clients import consumer_config, ensure_topics, make_producer, producer_config, topic_message_counts
+from infra.kafka_clients import ensure_topics, make_consumer, make_producer, producer_config, topic_message_counts
 from infra.settings import Settings
 from producers.episode import CAMERA_SIZE
 from producers.exceptions import ProducerError
@@ -59,7 +58,7 @@ def sink(ctx: typer.Context, until_idle: float | None = typer.Option(
     try:
         bootstrap = processes.require_bootstrap(settings)
         store = processes.open_store(settings)
-        worker = EvidenceSink(store, Consumer(consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms)),
+        worker = EvidenceSink(store, make_consumer(bootstrap, GROUP_ID, settings.session_timeout_ms),
                               make_producer(bootstrap), codec_of(ctx), settings.topic_prefix, settings.sink_batch_max,
                               settings.sink_linger_ms)
         totals = worker.run(threading.Event(), idle_exit_s=until_idle)
@@ -115,7 +114,7 @@ def _replay(ctx: typer.Context, settings: Settings, bootstrap: str, republish: b
     target = into or f"{settings.clickhouse_database}_rebuild"
     with console.status(f"rebuilding {target} from the topics"):
         rebuilt = replay_mod.rebuild(
-            store, lambda group: Consumer(consumer_config(bootstrap, group, settings.session_timeout_ms)),
+            store, lambda group: make_consumer(bootstrap, group, settings.session_timeout_ms),
             codec_of(ctx), settings.topic_prefix, target, broker=bootstrap)
     before, after, differences = replay_mod.compare(store, rebuilt)
     return before, after, differences, target
@@ -271,9 +270,9 @@ def rollout_worker(ctx: typer.Context, processes_: int | None = typer.Option(
     codec = codec_of(ctx)
     pool = RolloutPool(producer_config(bootstrap), settings.topic_prefix, codec, settings.memory_dir / "keyframes",
                        processes_ or settings.rollout_processes, models_path=settings.models_file)
-    consumer_conf = consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms,
-                                    **{"max.poll.interval.ms": MAX_POLL_INTERVAL_MS})
-    worker = RolloutWorker(pool, Consumer(consumer_conf),
+    consumer = make_consumer(bootstrap, GROUP_ID, settings.session_timeout_ms,
+                             **{"max.poll.interval.ms": MAX_POLL_INTERVAL_MS})
+    worker = RolloutWorker(pool, consumer,
                            Publisher(make_producer(bootstrap), settings.topic_prefix, codec), codec)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

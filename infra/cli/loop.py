@@ -174,10 +174,8 @@ def critics(ctx: typer.Context):
     import signal
     import threading
 
-    from confluent_kafka import Consumer
-
     from consumers.critics.worker import GROUP_ID, CriticsConfig, CriticsWorker
-    from infra.kafka_clients import consumer_config, make_producer
+    from infra.kafka_clients import make_consumer, make_producer
     from producers.publisher import Publisher
     from producers.sim.models import load_models
 
@@ -192,7 +190,7 @@ def critics(ctx: typer.Context):
     except (InfraError, EvidenceError, ConfigError, ValueError) as exc:
         fail(exc)
     codec = codec_of(ctx)
-    worker = CriticsWorker(Consumer(consumer_config(bootstrap, GROUP_ID, settings.session_timeout_ms)),
+    worker = CriticsWorker(make_consumer(bootstrap, GROUP_ID, settings.session_timeout_ms),
                            Publisher(make_producer(bootstrap), settings.topic_prefix, codec), store, codec,
                            CriticsConfig(semantic=semantic, served_models=served), settings.topic_prefix,
                            judge=judge)

@@ -124,7 +124,9 @@ def test_up_names_a_child_that_dies_with_its_log_and_stops_what_it_started(tmp_p
     assert not any(state[k] for k in ("broker_pid", "pipeline_pid", "streams_pid", "rollout_pid")), state
 
 
-RUN_ARGS = ("run", "--cycles", "1", "--sweep-seeds", "20", "--max-candidates", "2")
+# a stage that waits longer than --timeout fails the run naming what it waited for (a bare timeout of
+# the command says nothing): 600 s is several times what any stage takes here
+RUN_ARGS = ("run", "--cycles", "1", "--sweep-seeds", "20", "--max-candidates", "2", "--timeout", "600")
 RUN_TIMEOUT_S = 900
 
 
