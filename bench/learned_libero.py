@@ -64,7 +64,8 @@ def record_demos(work: Path, n: int, size: int) -> Path:
         requests = [r for scenario in libero_base(SUITE, None)
                     for r in orchestrator.request_rollouts(publisher, store, scenario, ["oracle"], selection_seeds(n),
                                                            run_id="demos", cameras=CAMERAS, camera_size=size)]
-        waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S), check=waits.still_running(settings),
+        waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S),
+                                check=waits.still_running(settings, libero=True),
                                 requests_topic=waits.requests_topic(settings.topic_prefix))
         demos = work / "demos"
         shutil.rmtree(demos, ignore_errors=True)
@@ -92,7 +93,8 @@ def measure(work: Path, models_path: Path, names: list[str], probes: list[str], 
         t0 = time.monotonic()
         requests = orchestrator.request_sweeps(publisher, store, [s for ss in sets.values() for s in ss], models,
                                                seeds)
-        waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S), check=waits.still_running(settings),
+        waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S),
+                                check=waits.still_running(settings, libero=True),
                                 requests_topic=waits.requests_topic(settings.topic_prefix))
         print(f"measurement: {len(requests)} requests in {time.monotonic() - t0:.0f} s", flush=True)
         everyone = [*names, "oracle"]

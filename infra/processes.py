@@ -33,9 +33,10 @@ class Child:
     marker: str
     # Reaches the embedded store through the pipeline's endpoint, whose port it read once at start.
     reads_store: bool = False
+    log_name: str = ""  # <name>.log unless given
 
     def log(self, settings: Settings) -> Path:
-        return settings.run_dir / f"{self.name}.log"
+        return settings.run_dir / (self.log_name or f"{self.name}.log")
 
 
 # What a process's log says when it stopped because the disk filled (OSError ENOSPC in Python,
@@ -78,6 +79,9 @@ CRITICS = Child("critics", "critics", "critics", reads_store=True)
 CHILDREN = (PIPELINE, STREAMS, ROLLOUT, CRITICS)
 BROKER_MARKER = "tansu"
 LIBERO_MARKER = "infra.libero_worker"
+# Started by `up` when LIBERO is set up, in the LIBERO venv (infra/libero_worker.py), and not one
+# of CHILDREN: only a LIBERO run's waits rely on it.
+LIBERO = Child("libero", "LIBERO worker", LIBERO_MARKER, log_name="libero-worker.log")
 POLICY_SERVER_MARKER = "producers.learned.server"
 
 

@@ -45,12 +45,14 @@ def deadline_in(seconds: float) -> float:
     return time.monotonic() + seconds
 
 
-def still_coming(settings: Settings) -> Check:
-    """A check for the waits: the rollout worker and the pipeline still run."""
+def still_coming(settings: Settings, libero: bool = False) -> Check:
+    """A check for the waits: the rollout worker and the pipeline still run (and the LIBERO
+    worker `up` started, for ``libero`` requests)."""
     state = processes.RunState.read(settings)
+    children = (processes.ROLLOUT, processes.PIPELINE) + ((processes.LIBERO,) if libero else ())
 
     def check() -> None:
-        _require_alive(settings, state, (processes.ROLLOUT, processes.PIPELINE))
+        _require_alive(settings, state, children)
     return check
 
 
@@ -59,12 +61,14 @@ def requests_topic(topic_prefix: str) -> str:
     return BY_NAME["rollout.requests"].full_name(topic_prefix)
 
 
-def still_running(settings: Settings) -> Check:
-    """A check for the evolving loop's waits: every process `up` started still runs."""
+def still_running(settings: Settings, libero: bool = False) -> Check:
+    """A check for the evolving loop's waits: every process `up` started still runs, the LIBERO
+    worker too for a run on ``libero`` (a robosuite run does not need it, whatever became of it)."""
     state = processes.RunState.read(settings)
+    children = processes.CHILDREN + ((processes.LIBERO,) if libero else ())
 
     def check() -> None:
-        _require_alive(settings, state, processes.CHILDREN)
+        _require_alive(settings, state, children)
     return check
 
 

@@ -237,7 +237,7 @@ def rollout(ctx: typer.Context, model: str = typer.Option(..., help="a model_id 
             task = bar.add_task(f"{model} on {what}", total=episodes * len(requests))
             waits.wait_for_episodes(store, requests, waits.deadline_in(timeout),
                                     progress=lambda done, total: bar.update(task, completed=done),
-                                    check=waits.still_coming(settings),
+                                    check=waits.still_coming(settings, libero=benchmark == "libero"),
                                     requests_topic=waits.requests_topic(settings.topic_prefix))
         ended = {r["request_id"]: q.episode_outcomes(store, [r["request_id"]]) for r in requests}
     except (InfraError, EvidenceError, ProducerError, ValueError, KeyError, OSError) as exc:

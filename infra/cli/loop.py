@@ -82,7 +82,7 @@ def run(ctx: typer.Context,
         with console.status("starting", spinner="dots") if console.is_terminal else nullcontext() as status:
             reports = orchestrator.evolve(store, publisher, models, config,
                                           on_event=lambda kind, value: _show(kind, value, status),
-                                          check=waits.still_running(settings))
+                                          check=waits.still_running(settings, libero=benchmark == "libero"))
         timing = orchestrator.loop_time(store, since, time.monotonic() - started, settings.rollout_processes)
         state, content = derived_state(store), content_digest(store)
         files = write_report(store, settings.memory_dir, settings.memory_dir / "keyframes")

@@ -230,13 +230,14 @@ def eval_(ctx: typer.Context,
         orchestrator.register_models(publisher, [config])  # the log knows the version evaluated
         requests = orchestrator.request_sweeps(publisher, store, [dict(a.spec) for a in benchmark.scenarios],
                                                [config], held_out_seeds(seeds or settings.sweep_seeds))
+        on_libero = any(a.spec["benchmark"] == "libero" for a in benchmark.scenarios)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task(f"{config.model_id}@{config.version} on benchmark v{benchmark.version}",
                                 total=sum(len(r["seeds"]) for r in requests))
             waits.wait_for_episodes(store, requests, waits.deadline_in(timeout),
                                     progress=lambda done, total: bar.update(task, completed=done),
-                                    check=waits.still_coming(settings),
+                                    check=waits.still_coming(settings, libero=on_libero),
                                     requests_topic=waits.requests_topic(settings.topic_prefix))
         pinned = {config.model_id: config.version}
         table = q.scores(store, version=benchmark.version, model_ids=[config.model_id], model_versions=pinned,

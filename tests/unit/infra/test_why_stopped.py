@@ -72,3 +72,24 @@ def test_a_command_meeting_enospc_anywhere_names_it_as_out_of_disk_space(capsys)
     with pytest.raises(typer.Exit):
         fail(OSError(errno.EACCES, "Permission denied", "/m/report.md"))
     assert "out of disk space" not in capsys.readouterr().err
+
+
+def test_a_libero_runs_waits_stop_when_the_libero_worker_has_and_a_robosuite_runs_do_not(tmp_path, monkeypatch):
+    """Its pool broke (a process killed for memory) and the worker exited: the LIBERO bench sat to its deadline."""
+    settings = load_settings(environ={}, memory_dir=tmp_path)
+    settings.run_dir.mkdir(parents=True)
+    processes.LIBERO.log(settings).write_text("concurrent.futures.process.BrokenProcessPool: A process in the pool\n")
+
+    class LiberoDead(processes.RunState):
+        def pid_of(self, child):
+            return 4242 if child is processes.LIBERO else 7
+
+        def alive(self, child):
+            return child is not processes.LIBERO
+
+    monkeypatch.setattr(processes.RunState, "read", classmethod(lambda cls, s: LiberoDead.__new__(LiberoDead)))
+    waits.still_running(settings)()  # a robosuite run does not rely on it
+    waits.still_coming(settings)()
+    for check in (waits.still_running(settings, libero=True), waits.still_coming(settings, libero=True)):
+        with pytest.raises(NotRunning, match=r"^the LIBERO worker \(pid 4242\) has stopped; see .*libero-worker\.log$"):
+            check()
