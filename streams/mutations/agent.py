@@ -11,8 +11,10 @@ benchmark at the cycle's version as the parents, and the cycle's seed.
 Failure-guided cycles draw operators from the clusters' failure types (streams/mutations/chooser.py),
 the clusters of the cycle's ``focus_models`` (ranked models tied at the top) first, and never an
 operator whose factors the benchmark tests to the gate's cap (chooser.Coverage); after a cycle
-that promoted nothing, half its slots go to the coverage grid's points on factors the benchmark
-does not test yet (those candidates say generator "coverage"),
+that promoted nothing, half its slots go to the failures and the others, with any whose variant
+the pre-check refused, to the coverage grid's feasible points on factors the benchmark does not
+test yet (those candidates say generator "coverage"). When none of the cycle's models sees pixels
+or reads words (no policy server), exploration draws no operator only such a model feels;
 blind cycles the same operators with random parameters and no seed, coverage cycles the next
 points of a fixed grid of factors and magnitudes over the base scenarios (streams/mutations/coverage.py).
 Every candidate goes through the feasibility pre-check ``check`` the edge passes (robosuite:
@@ -30,13 +32,15 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import faust
 
 from consumers.evidence.store import EvidenceStore
 from consumers.state import online as q
+from consumers.state.registry import models as registered_models
+from producers.sim.models import WEBSOCKET
 from schemas import records
 from schemas.codec import Codec
 from schemas.events import make_event
@@ -51,12 +55,13 @@ from streams.mutations.chooser import (
     ChooserConfig,
     Coverage,
     Generated,
+    Proposal,
     blind_candidates,
     guided_candidates,
     propose,
 )
 from streams.mutations.coverage import GENERATOR as COVERAGE
-from streams.mutations.coverage import GRID, coverage_candidates
+from streams.mutations.coverage import GRID, LAST, coverage_candidates
 from streams.mutations.operators import MUTATOR_VERSION, scenario_from_dict
 from streams.mutations.settled_clusters import SettledClustering
 
@@ -120,25 +125,25 @@ class MutatorRunner:
             except (ScenarioError, LiberoScenarioError) as exc:  # a scenario no operator family knows
                 log.info("cycle %s: not mutating %s: %s", cycle_id, a.scenario_id, exc)
         exclude = set(parents) | {c.scenario_id for c in q.candidates(self.store)}
-        cfg = self.config.chooser
+        cfg = replace(self.config.chooser, perceiving=self._perceiving(cycle))
+        n = cycle.max_candidates
         if cycle.generator == COVERAGE:  # the grid is walked over the base, whatever is active now
-            generated = coverage_candidates(self._bases(), cycle.max_candidates, exclude)
+            felt = [f for f in GRID if cfg.perceiving or f not in LAST]
+            proposal = self._propose(coverage_candidates(self._bases(), n, exclude, factors=felt), n)
         elif cycle.generator == BLIND:
-            generated = blind_candidates(list(parents.values()), cycle.max_candidates, cycle.seed, cfg, exclude) \
-                if parents else None
+            proposal = self._propose(blind_candidates(list(parents.values()), n, cycle.seed, cfg, exclude)
+                                     if parents else None, n)
+        elif self._stalled(cycle):
+            proposal = self._explore(self._guided(cycle, cfg, parents, exclude, benchmark), cycle, benchmark,
+                                     exclude, cfg.perceiving)
         else:
-            generated = self._guided(cycle, cfg, parents, exclude, benchmark)
-            if self._stalled(cycle):
-                generated = self._explore(generated, cycle, benchmark, exclude)
-        candidates = generated.candidates[:cycle.max_candidates] if generated else []
-        proposal = propose(candidates, self.check)
+            proposal = self._propose(self._guided(cycle, cfg, parents, exclude, benchmark), n)
         at = cycle.envelope.event_time
         events = [make_event("CandidateProposed", (c.candidate.scenario_id,), PRODUCER, self.config.run_id,
                              event_time=at, **c.candidate.event_fields(), cycle_id=cycle_id,
                              feasibility_json=c.feasibility.to_json())
                   for c in proposal.proposed]
         infeasible = {c.candidate.scenario_id: c.feasibility.reason for c in proposal.infeasible}
-        skipped = {s.key: s.reason for s in (generated.skipped if generated else [])}
         events.append(make_event(
             "CandidatesGenerated", (cycle_id,), PRODUCER, self.config.run_id, event_time=at, cycle_id=cycle_id,
             generator=cycle.generator, seeds=sorted({c.candidate.source_cluster_id for c in proposal.proposed
@@ -149,7 +154,7 @@ class MutatorRunner:
         self.stats["proposed"] += len(proposal.proposed)
         self.stats["infeasible"] += len(infeasible)
         log.info("cycle %s (%s): %d proposed, %d infeasible, %d skipped draws, pre-check %.1f s", cycle_id,
-                 cycle.generator, len(proposal.proposed), len(infeasible), len(skipped), proposal.cost_s)
+                 cycle.generator, len(proposal.proposed), len(infeasible), len(proposal.skipped), proposal.cost_s)
         return events
 
     def _guided(self, cycle: records.CycleStarted, cfg: ChooserConfig, parents, exclude: set[str], benchmark):
@@ -177,22 +182,55 @@ class MutatorRunner:
         before = [c for c in q.cycles(self.store, run_id=cycle.envelope.run_id) if c.cycle == cycle.cycle - 1]
         return bool(before) and before[0].benchmark_version == cycle.benchmark_version
 
+    def _propose(self, generated: Generated | None, n: int) -> Proposal:
+        """The first ``n`` generated candidates that pass the feasibility pre-check (a refused
+        variant gives its slot to the next one drawn, not to nothing)."""
+        proposal = Proposal([], [], 0.0, list(generated.skipped) if generated else [])
+        self._fill(proposal, generated.candidates if generated else [], n)
+        return proposal
+
+    def _fill(self, proposal: Proposal, candidates: list, n: int) -> None:
+        """Checks ``candidates`` in turn into ``proposal`` until it holds ``n`` feasible ones."""
+        for cand in candidates:
+            if len(proposal.proposed) >= n:
+                return
+            proposal.extend(propose([cand], self.check))
+
+    def _perceiving(self, cycle: records.CycleStarted) -> bool:
+        """Whether one of the cycle's models (every registered one, for a cycle that names none)
+        sees pixels or reads the instruction: a policy server (websocket). The scripted models
+        and the oracle read object poses, so a paraphrase or a camera change cannot fail them."""
+        kinds = {m.model_id: m.kind for m in registered_models(self.store)}
+        return any(kinds.get(m) == WEBSOCKET for m in (cycle.models or kinds))
+
     def _explore(self, generated: Generated | None, cycle: records.CycleStarted, benchmark,
-                 exclude: set[str]) -> Generated:
+                 exclude: set[str], perceiving: bool) -> Proposal:
         """After a cycle that promoted nothing, the failures have led where the gate does not follow
-        (their variants are no harder on fresh seeds, or redundant): half the slots, and any the
-        failures leave empty, go to the coverage grid's next points on factors the benchmark does
-        not test yet, so the arm keeps widening instead of circling one axis. Slots the grid cannot
-        fill (a LIBERO base is not on it) go back to the failures."""
+        (their variants are no harder on fresh seeds, or redundant): half the slots go to the
+        failures, and every slot they leave (half, and any whose variant the pre-check refused) to
+        the coverage grid's next feasible points on factors the benchmark does not test yet, so the
+        arm keeps widening instead of circling one axis. Without a perceiving model, the grid's
+        colour and instruction points are left out. Slots the grid cannot fill (a LIBERO base is
+        not on it) go back to the failures."""
         n = cycle.max_candidates
         failures = generated.candidates if generated else []
-        guided = failures[:n - max(1, n // 2)]
-        tested = {a.factor for a in (benchmark.scenarios if benchmark else ())} | {c.factor for c in guided}
-        explored = coverage_candidates(self._bases(), n - len(guided), exclude | {c.scenario_id for c in guided},
-                                       factors=[f for f in GRID if f not in tested])
-        rest = failures[len(guided):][:n - len(guided) - len(explored.candidates)]
-        return Generated(guided + explored.candidates + rest,
-                         (generated.skipped if generated else []) + explored.skipped)
+        proposal = Proposal([], [], 0.0, list(generated.skipped) if generated else [])
+        half = n - max(1, n // 2)
+        self._fill(proposal, failures, half)
+        checked = {c.candidate.scenario_id for c in proposal.proposed + proposal.infeasible}
+        active = {a.factor for a in (benchmark.scenarios if benchmark else ())}
+        tried = exclude | {c.scenario_id for c in failures}
+        while len(proposal.proposed) < n:
+            tested = active | {c.candidate.factor for c in proposal.proposed}
+            grid = coverage_candidates(self._bases(), n - len(proposal.proposed), tried,
+                                       factors=[f for f in GRID if f not in tested and (perceiving or f not in LAST)])
+            proposal.skipped += grid.skipped
+            if not grid.candidates:
+                break
+            tried |= {c.spec.scenario_id for c in grid.candidates}
+            self._fill(proposal, grid.candidates, n)
+        self._fill(proposal, [c for c in failures if c.scenario_id not in checked], n)
+        return proposal
 
     def _wait_for_clusters(self, position: int) -> None:
         """The sink writes the clusterer's output a moment after it was published: wait until every

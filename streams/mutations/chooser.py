@@ -25,6 +25,11 @@ cluster's representative scenario, else its most frequent scenario in ``parents`
 Blind: the same operators with their blind parameter ranges, no cluster, an operator drawn
 uniformly, parents drawn uniformly from the given scenarios.
 
+Perception: when no registered model sees pixels or reads the instruction (``perceiving`` false:
+only the scripted models and the oracle, which read poses), no arm draws what only such a model
+feels: no paraphrase, camera or lighting operator (OperatorFamily.perception_operators) and no tint
+of material's colour variant. Such a candidate can make no registered model fail.
+
 Per benchmark: the parent's benchmark picks the operator family (``family_for``): robosuite's
 operators (operators.py, FAILURE_OPERATORS here) or LIBERO's (libero_operators.py, its own
 failure-type map and ranges under ``ChooserConfig.libero``); the draws are the same for both.
@@ -41,7 +46,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schemas.libero_scenario import LiberoScenario
@@ -53,6 +58,7 @@ from streams.mutations.operators import (
     MAX_ACTIVE_PER_FACTOR,
     OPERATOR_FACTORS,
     OPERATORS,
+    PERCEPTION_OPERATORS,
     Candidate,
     FailureSeed,
     OperatorFamily,
@@ -82,8 +88,13 @@ class ChooserConfig:
     before giving up on it."""
 
     exploration: float = 0.2
-    # what exploration draws from (e.g. without "paraphrase" when no model reads instructions)
+    # what exploration draws from
     exploration_operators: tuple[str, ...] = tuple(sorted(OPERATORS))
+    # Some registered model sees pixels or reads the instruction (a websocket policy). When none
+    # does, exploration leaves out the operators only such a model feels (a paraphrase, a camera:
+    # OperatorFamily.perception_operators): their candidates cannot make a registered model fail,
+    # and each one spends a slot and its validation rollouts on nothing.
+    perceiving: bool = True
     candidates_per_cluster: int = 3
     max_clusters: int = 4
     max_attempts: int = 4
@@ -107,11 +118,20 @@ class ChooserConfig:
 
 def family_for(parent: ScenarioSpec | LiberoScenario, config: ChooserConfig) -> OperatorFamily:
     """The operators for the parent's benchmark: LIBERO's (libero_operators.py) for a
-    LiberoScenario, robosuite's (operators.py) otherwise."""
+    LiberoScenario, robosuite's (operators.py) otherwise; exploration without the perception
+    operators when no registered model perceives (``config.perceiving``)."""
     if isinstance(parent, LiberoScenario):
-        return libero_family(config.libero)
-    return OperatorFamily("robosuite", OPERATORS, FAILURE_OPERATORS, tuple(config.exploration_operators),
-                          config.operators, OPERATOR_FACTORS)
+        family = libero_family(config.libero)
+    else:
+        family = OperatorFamily("robosuite", OPERATORS, FAILURE_OPERATORS, tuple(config.exploration_operators),
+                                config.operators, OPERATOR_FACTORS, PERCEPTION_OPERATORS)
+    if config.perceiving:
+        return family
+    felt = tuple(op for op in family.exploration_operators if op not in family.perception_operators)
+    cfg = family.config  # material's colour variant: a tint no pose reader sees
+    cfg = replace(cfg, guided_material_weights=(*cfg.guided_material_weights[:2], 0.0),
+                  blind_material_weights=(*cfg.blind_material_weights[:2], 0.0))
+    return replace(family, exploration_operators=felt or family.exploration_operators, config=cfg)
 
 
 def operator_weights(seed: FailureSeed,
@@ -267,7 +287,8 @@ def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed:
 
 def blind_candidates(parents: Sequence[ScenarioSpec], n: int, seed: int, config: ChooserConfig | None = None,
                      exclude: Iterable[str] = ()) -> Generated:
-    """``n`` blind candidates: operator and parent drawn uniformly, blind parameter ranges."""
+    """``n`` blind candidates: operator and parent drawn uniformly, blind parameter ranges (none
+    that only a perceiving model feels, when none is registered: ``config.perceiving``)."""
     cfg = config or ChooserConfig()
     if not parents:
         raise OperatorError("blind_candidates needs at least one parent scenario")
@@ -277,7 +298,8 @@ def blind_candidates(parents: Sequence[ScenarioSpec], n: int, seed: int, config:
         pick = rng_for(seed, "blind-parent", i)
         parent = ordered[int(pick.integers(len(ordered)))]
         family = family_for(parent, cfg)
-        names = sorted(family.operators)
+        # what no registered model could feel is left out here too: a baseline worth beating
+        names = sorted(op for op in family.operators if cfg.perceiving or op not in family.perception_operators)
 
         def choose(rng, names=names):
             return names[int(rng.integers(len(names)))], "blind"
@@ -369,6 +391,13 @@ class Proposal:
     infeasible: list[Checked]
     cost_s: float
     skipped: list[Skipped] = field(default_factory=list)  # draws that made no candidate
+
+    def extend(self, other: Proposal) -> None:
+        """Adds another proposal's candidates, check time and skipped draws to this one."""
+        self.proposed += other.proposed
+        self.infeasible += other.infeasible
+        self.cost_s += other.cost_s
+        self.skipped += other.skipped
 
     @property
     def mean_check_s(self) -> float:

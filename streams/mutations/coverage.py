@@ -8,8 +8,8 @@ No failure, no randomness: a grid point is (factor, magnitude) applied to a base
 cycle of the coverage arm proposes the next ``n`` grid points that are not in ``exclude`` (the
 scenarios proposed before), so the arm walks the grid in order across cycles. The grid is walked
 level by level (every factor at its middle magnitude, then the hardest, then the mildest), and
-colour and instruction come after all the rest: no registered model sees pixels or reads words
-yet, so they are the grid's last points, not its first (issue 19 is where they start to count).
+colour and instruction come after all the rest, and only for cycles with a model that sees pixels
+or reads words (a policy server, issue 19): the scripted models and the oracle read poses.
 
 Magnitudes (``fixed_variant``), for a robosuite parent:
 - placement: the object's start range (1 cm half width) moved this far (m) from the parent's

@@ -26,7 +26,8 @@ Operators (name -> factor; every one changes one factor against the parent):
   (-0.02, 0.01)), which is the frame of the site's positions.
 - ``paraphrase`` -> instruction: one of producers/libero/mutations.PARAPHRASES.
 - ``camera`` -> camera, ``lighting`` -> lighting: pixel-only changes (they matter to VLAs, not to
-  the privileged scripted policies); in exploration only when listed in ``exploration_operators``.
+  the privileged scripted policies). They and ``paraphrase`` are PERCEPTION_OPERATORS: exploration
+  draws them only when a registered model sees pixels or reads words (ChooserConfig.perceiving).
 
 The guided ranges are first guesses around LIBERO-PRO/-Plus magnitudes, not calibrated like the
 robosuite ones: the feasibility pre-check (the oracle must still succeed) drops the too-hard ones.
@@ -77,6 +78,7 @@ class LiberoOperatorConfig:
     blind_layout_abs_m: float = 0.12
     blind_layout_yaw_abs_rad: float = math.pi
     guided_material_weights: tuple[float, float, float] = (0.5, 0.4, 0.1)  # friction, mass, colour
+    blind_material_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     guided_friction: tuple[float, float] = (0.1, 0.4)  # log-uniform
     guided_mass_scale: tuple[float, float] = (2.0, 5.0)
     blind_friction: tuple[float, float] = (0.01, 2.0)
@@ -92,7 +94,7 @@ class LiberoOperatorConfig:
 class LiberoChooserConfig:
     """The chooser's LIBERO settings: what exploration draws from, and the operators' ranges."""
 
-    exploration_operators: tuple[str, ...] = ("distractor", "layout", "material", "paraphrase")
+    exploration_operators: tuple[str, ...] = ("camera", "distractor", "layout", "lighting", "material", "paraphrase")
     operators: LiberoOperatorConfig = LiberoOperatorConfig()
 
     def __post_init__(self) -> None:
@@ -166,7 +168,7 @@ def layout(parent: LiberoScenario, seed: FailureSeed | None, rng: np.random.Gene
 
 def material(parent: LiberoScenario, seed: FailureSeed | None, rng: np.random.Generator,
              cfg: LiberoOperatorConfig) -> Candidate:
-    weights = np.asarray(cfg.guided_material_weights if seed is not None else (1.0, 1.0, 1.0), dtype=float)
+    weights = np.asarray(cfg.guided_material_weights if seed is not None else cfg.blind_material_weights, dtype=float)
     variant = ("friction", "mass", "colour")[int(rng.choice(3, p=weights / weights.sum()))]
     if variant == "friction":
         mu = _r(_log_uniform(rng, cfg.guided_friction if seed is not None else cfg.blind_friction))
@@ -247,8 +249,9 @@ OPERATORS: dict[str, Operator] = {
     "camera": camera,
     "lighting": lighting,
 }
+PERCEPTION_OPERATORS = ("camera", "lighting", "paraphrase")  # felt only by a model that sees pixels or reads words
 
 
 def libero_family(config: LiberoChooserConfig) -> OperatorFamily:
     return OperatorFamily(BENCHMARK, OPERATORS, FAILURE_OPERATORS, tuple(config.exploration_operators),
-                          config.operators)
+                          config.operators, perception_operators=PERCEPTION_OPERATORS)

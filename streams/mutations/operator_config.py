@@ -25,6 +25,7 @@ class OperatorConfig:
     blind_pose_offset_abs_m: float = 0.15
     # material: variant weights (friction, mass, colour), log-uniform friction, uniform mass
     guided_material_weights: tuple[float, float, float] = (0.5, 0.4, 0.1)
+    blind_material_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     # (the oracle lifts the cube at friction 0.02 on 24/24 seeds and at 0.018 on none: a cliff)
     guided_friction: tuple[float, float] = (0.021, 0.04)
     guided_mass_kg: tuple[float, float] = (4.5, 6.5)

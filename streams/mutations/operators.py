@@ -119,7 +119,10 @@ class OperatorFamily:
     """One benchmark's operators (name -> operator(parent, seed, rng, config) -> Candidate), the
     failure types that choose them, what exploration draws from, the operators' config and the
     factors each operator may change (none given: the chooser's coverage rule leaves it alone).
-    The chooser picks the family by the parent's benchmark (chooser.family_for)."""
+    ``perception_operators``: those that change only what a model seeing pixels or reading the
+    instruction takes in (a camera, a paraphrase); exploration leaves them out when no registered
+    model does (ChooserConfig.perceiving). The chooser picks the family by the parent's benchmark
+    (chooser.family_for)."""
 
     benchmark: str
     operators: Mapping[str, Callable]
@@ -127,6 +130,7 @@ class OperatorFamily:
     exploration_operators: tuple[str, ...]
     config: Any
     operator_factors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    perception_operators: tuple[str, ...] = ()
 
 
 # -- the failure seed ---------------------------------------------------------------------------
@@ -327,7 +331,7 @@ def pose(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generato
 
 def material(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator,
              cfg: OperatorConfig) -> Candidate:
-    weights = np.asarray(cfg.guided_material_weights if seed is not None else (1.0, 1.0, 1.0), dtype=float)
+    weights = np.asarray(cfg.guided_material_weights if seed is not None else cfg.blind_material_weights, dtype=float)
     variant = ("friction", "mass", "colour")[int(rng.choice(3, p=weights / weights.sum()))]
     if variant == "friction":
         mu = _r(_log_uniform(rng, cfg.guided_friction if seed is not None else cfg.blind_friction))
@@ -437,6 +441,9 @@ OPERATOR_FACTORS: dict[str, tuple[str, ...]] = {
     "pose": ("placement", "pose"), "material": ("friction", "mass", "colour"), "distractor": ("distractors",),
     "paraphrase": ("instruction",), "horizon_extension": ("hold", "place"), "time_budget": ("time_budget",),
 }
+# what only a model that reads the instruction feels (colour, which needs pixels, is one of
+# material's variants: chooser.family_for weighs it out when no model perceives)
+PERCEPTION_OPERATORS = ("paraphrase",)
 OPERATORS: dict[str, Operator] = {
     "pose": pose,
     "material": material,

@@ -1,12 +1,14 @@
 """The mutator on LIBERO failure seeds: LIBERO operators chosen by failure type, one factor changed,
 deterministic, and candidates whose specs are LIBERO scenarios with the parent as parent."""
 
+from dataclasses import replace
+
 import pytest
 
 from schemas.libero_scenario import LiberoScenario, parse_perturbation
 from schemas.scenario import ScenarioSpec
 from streams.mutations.chooser import ChooserConfig, blind_candidates, family_for, guided_candidates
-from streams.mutations.libero_operators import FAILURE_OPERATORS, OPERATORS, LiberoChooserConfig
+from streams.mutations.libero_operators import FAILURE_OPERATORS, OPERATORS, PERCEPTION_OPERATORS, LiberoChooserConfig
 from streams.mutations.operators import FailureSeed
 
 BASE = LiberoScenario(suite="libero_object", env_name="pick_up_the_alphabet_soup_and_place_it_in_the_basket",
@@ -56,6 +58,17 @@ def test_a_failure_type_without_a_libero_operator_explores_libero_operators_only
     assert got.candidates
     assert {c.operator for c in got.candidates} <= set(LiberoChooserConfig().exploration_operators)
     assert {c.params["chosen_by"] for c in got.candidates} == {"exploration"}
+
+
+def test_camera_lighting_and_paraphrase_are_explored_only_when_a_registered_model_perceives():
+    """Pixel and word changes fail only a policy that sees or reads (#19): exploration draws them
+    with one registered, never for the scripted models alone."""
+    clusters = [cluster(f"c{i:02d}", {"timeout": 1.0}) for i in range(12)]
+    wide = ChooserConfig(exploration=1.0, candidates_per_cluster=3, max_clusters=12)
+    seen = {c.operator for c in guided_candidates(clusters, seed=5, config=wide).candidates}
+    assert set(PERCEPTION_OPERATORS) <= seen
+    blind = {c.operator for c in guided_candidates(clusters, seed=5, config=replace(wide, perceiving=False)).candidates}
+    assert blind and not blind & set(PERCEPTION_OPERATORS)
 
 
 def test_candidates_are_libero_scenarios_changing_one_factor_of_the_parent():
