@@ -39,6 +39,7 @@ target.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import tempfile
@@ -408,6 +409,18 @@ class LiberoEnv(ModelIndex, ModelEdits):
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+        _return_freed_memory()
+
+
+def _return_freed_memory() -> None:
+    """Hands the heap a closed env freed back to the OS. glibc keeps it mapped otherwise, and a pool
+    process that builds env after env (a sweep of many scenarios) grew to 5.6 GB resident with three
+    envs live and was killed for memory; with the trim it holds what its live envs need (measured:
+    back to 1.1 GB once every env is closed). A no-op off glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 _LIVE: weakref.WeakSet[LiberoEnv] = weakref.WeakSet()
