@@ -6,7 +6,9 @@ loop twice with the simulator (slow)."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -246,20 +248,35 @@ def test_a_guided_cycle_after_one_that_promoted_nothing_explores_untested_factor
         store.command("DROP DATABASE IF EXISTS {database}")
 
 
+@contextlib.contextmanager
+def mutator_db(chdb_store):
+    """A database of its own holding mutator_log()'s events: (store, its first cycle)."""
+    events, first = mutator_log()
+    store = chdb_store.with_database(f"mut_{uuid.uuid4().hex[:10]}")
+    try:
+        migrate(store)
+        store_events(store, events)
+        yield store, first
+    finally:
+        store.command("DROP DATABASE IF EXISTS {database}")
+
+
+def refusing(refused) -> Callable:
+    """A pre-check that refuses the specs ``refused(spec)`` is true for, and passes the rest."""
+    def check(spec) -> FeasibilityResult:
+        ok = not refused(spec)
+        return FeasibilityResult(spec.scenario_id, ok, "" if ok else "refused for the test", {"seeds_checked": 1.0})
+    return check
+
+
 def test_slots_whose_variants_the_pre_check_refuses_go_to_the_grid_after_a_cycle_that_promoted_nothing(chdb_store):
     """#17: a stalled cycle's failure-guided variants that the pre-check refused (a pose the arm
     cannot reach) took their slots and their factors with them, so the cycle explored less than it
     could. Now the grid fills every slot left, with feasible points on factors nobody tests."""
-    def no_material_or_clutter(spec) -> FeasibilityResult:
-        ok = not spec.distractors and spec.object_friction is None and spec.object_mass is None
-        return FeasibilityResult(spec.scenario_id, ok, "" if ok else "refused for the test", {"seeds_checked": 1.0})
-
-    events, first = mutator_log()
-    store = chdb_store.with_database(f"ref_{uuid.uuid4().hex[:10]}")
-    try:
-        migrate(store)
-        store_events(store, events)
-        runner = MutatorRunner(lambda: store, Codec(), MutatorConfig(), check=no_material_or_clutter)
+    material_or_clutter = refusing(lambda spec: spec.distractors or spec.object_friction is not None
+                                   or spec.object_mass is not None)
+    with mutator_db(chdb_store) as (store, first):
+        runner = MutatorRunner(lambda: store, Codec(), MutatorConfig(), check=material_or_clutter)
         store_events(store, runner.answer(first))
         answer = runner.answer({**first, "cycle_id": "run-c2", "cycle": 2})
         proposed = [e for e in answer if e["envelope"]["event_type"] == "CandidateProposed"]
@@ -270,18 +287,12 @@ def test_slots_whose_variants_the_pre_check_refuses_go_to_the_grid_after_a_cycle
         assert explored and len(set(explored)) == len(explored)
         assert not set(explored) & ({e["factor"] for e in proposed if e["generator"] != "coverage"}
                                     | {"base", "friction", "mass", "distractors"})
-    finally:
-        store.command("DROP DATABASE IF EXISTS {database}")
 
 
 def test_exploration_knows_whether_a_registered_model_perceives(chdb_store):
     """Only a policy server sees pixels and reads the instruction; the scripted models and the oracle
     read poses. The mutator asks the registry, for the cycle's models."""
-    events, first = mutator_log()
-    store = chdb_store.with_database(f"per_{uuid.uuid4().hex[:10]}")
-    try:
-        migrate(store)
-        store_events(store, events)
+    with mutator_db(chdb_store) as (store, first):
         runner = MutatorRunner(lambda: store, Codec(), MutatorConfig(), check=feasible)
         scripted = to_record({**first, "models": list(MODELS)})
         assert not runner._perceiving(scripted)
@@ -291,26 +302,15 @@ def test_exploration_knows_whether_a_registered_model_perceives(chdb_store):
         assert runner._perceiving(to_record({**first, "models": [*MODELS, "a-vla"]}))
         assert not runner._perceiving(scripted), "a perceiving model outside the cycle does not count"
         assert runner._perceiving(to_record({**first, "models": []})), "a cycle naming no models: every registered"
-    finally:
-        store.command("DROP DATABASE IF EXISTS {database}")
 
 
 def test_a_variant_the_pre_check_refuses_gives_its_slot_to_the_next_one_drawn(chdb_store):
     """Any cycle proposes the first ``max_candidates`` feasible candidates it drew: an unreachable
     pose variant does not leave its slot empty."""
-    def no_moved_object(spec) -> FeasibilityResult:
-        ok = not any(spec.pose_offset_xyz) and not spec.placement_x_range
-        return FeasibilityResult(spec.scenario_id, ok, "" if ok else "refused for the test", {"seeds_checked": 1.0})
-
-    events, first = mutator_log()
-    store = chdb_store.with_database(f"nxt_{uuid.uuid4().hex[:10]}")
-    try:
-        migrate(store)
-        store_events(store, events)
-        answer = MutatorRunner(lambda: store, Codec(), MutatorConfig(), check=no_moved_object).answer(first)
+    moved_object = refusing(lambda spec: any(spec.pose_offset_xyz) or spec.placement_x_range)
+    with mutator_db(chdb_store) as (store, first):
+        answer = MutatorRunner(lambda: store, Codec(), MutatorConfig(), check=moved_object).answer(first)
         proposed = [e for e in answer if e["envelope"]["event_type"] == "CandidateProposed"]
         generated = next(e for e in answer if e["envelope"]["event_type"] == "CandidatesGenerated")
         assert generated["infeasible"] and len(proposed) == first["max_candidates"]
         assert {e["generator"] for e in proposed} == {"failure-guided"}
-    finally:
-        store.command("DROP DATABASE IF EXISTS {database}")
