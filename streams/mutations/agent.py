@@ -214,9 +214,7 @@ class MutatorRunner:
         not on it) go back to the failures."""
         n = cycle.max_candidates
         failures = generated.candidates if generated else []
-        proposal = Proposal([], [], 0.0, list(generated.skipped) if generated else [])
-        half = n - max(1, n // 2)
-        self._fill(proposal, failures, half)
+        proposal = self._propose(generated, n - max(1, n // 2))
         checked = {c.candidate.scenario_id for c in proposal.proposed + proposal.infeasible}
         active = {a.factor for a in (benchmark.scenarios if benchmark else ())}
         tried = exclude | {c.scenario_id for c in failures}

@@ -58,7 +58,6 @@ from streams.mutations.operators import (
     MAX_ACTIVE_PER_FACTOR,
     OPERATOR_FACTORS,
     OPERATORS,
-    PERCEPTION_OPERATORS,
     Candidate,
     FailureSeed,
     OperatorFamily,
@@ -124,7 +123,7 @@ def family_for(parent: ScenarioSpec | LiberoScenario, config: ChooserConfig) -> 
         family = libero_family(config.libero)
     else:
         family = OperatorFamily("robosuite", OPERATORS, FAILURE_OPERATORS, tuple(config.exploration_operators),
-                                config.operators, OPERATOR_FACTORS, PERCEPTION_OPERATORS)
+                                config.operators, OPERATOR_FACTORS)
     if config.perceiving:
         return family
     felt = tuple(op for op in family.exploration_operators if op not in family.perception_operators)

@@ -42,7 +42,7 @@ from schemas.scenario import (
 )
 from streams.mutations.chooser import Generated, Skipped
 from streams.mutations.exceptions import OperatorError
-from streams.mutations.operators import Candidate, _placement_centre, _r, _s
+from streams.mutations.operators import PERCEPTION_FACTORS, Candidate, _placement_centre, _r, _s
 from streams.mutations.paraphrasers import _TEMPLATES, _task_kind
 
 GENERATOR = "coverage"
@@ -62,8 +62,8 @@ GRID: dict[str, tuple[float, ...]] = {
     "colour": (0, 1, 2),
     "instruction": (0, 1, 2),
 }
-# what no registered model feels yet: walked after every level of the rest
-LAST = ("colour", "instruction")
+# walked after every level of the rest, and left out when no model perceives (agent.py)
+LAST = tuple(f for f in GRID if f in PERCEPTION_FACTORS)
 OPERATOR_OF = {"placement": "pose", "pose": "pose", "friction": "material", "mass": "material",
                "colour": "material", "distractors": "distractor", "hold": "horizon_extension",
                "place": "horizon_extension", "time_budget": "time_budget", "instruction": "paraphrase"}

@@ -26,8 +26,9 @@ Operators (name -> factor; every one changes one factor against the parent):
   (-0.02, 0.01)), which is the frame of the site's positions.
 - ``paraphrase`` -> instruction: one of producers/libero/mutations.PARAPHRASES.
 - ``camera`` -> camera, ``lighting`` -> lighting: pixel-only changes (they matter to VLAs, not to
-  the privileged scripted policies). They and ``paraphrase`` are PERCEPTION_OPERATORS: exploration
-  draws them only when a registered model sees pixels or reads words (ChooserConfig.perceiving).
+  the privileged scripted policies). They and ``paraphrase`` change only perception factors
+  (operators.PERCEPTION_FACTORS): exploration draws them only when a registered model sees pixels
+  or reads words (ChooserConfig.perceiving).
 
 The guided ranges are first guesses around LIBERO-PRO/-Plus magnitudes, not calibrated like the
 robosuite ones: the feasibility pre-check (the oracle must still succeed) drops the too-hard ones.
@@ -249,9 +250,13 @@ OPERATORS: dict[str, Operator] = {
     "camera": camera,
     "lighting": lighting,
 }
-PERCEPTION_OPERATORS = ("camera", "lighting", "paraphrase")  # felt only by a model that sees pixels or reads words
+# operator -> the factors its candidates may change (the module docstring's list)
+OPERATOR_FACTORS: dict[str, tuple[str, ...]] = {
+    "layout": ("pose",), "material": ("friction", "mass", "colour"), "distractor": ("distractors",),
+    "paraphrase": ("instruction",), "camera": ("camera",), "lighting": ("lighting",),
+}
 
 
 def libero_family(config: LiberoChooserConfig) -> OperatorFamily:
     return OperatorFamily(BENCHMARK, OPERATORS, FAILURE_OPERATORS, tuple(config.exploration_operators),
-                          config.operators, perception_operators=PERCEPTION_OPERATORS)
+                          config.operators, OPERATOR_FACTORS)

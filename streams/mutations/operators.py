@@ -114,15 +114,20 @@ def scenario_from_dict(d: Mapping[str, Any]) -> ScenarioSpec | LiberoScenario:
     return LiberoScenario.from_dict(d) if is_libero(d) else ScenarioSpec.from_dict(d)
 
 
+# What only a model that sees pixels or reads the instruction takes in. The scripted models and the
+# oracle read object poses, so a change of one of these alone cannot make them fail: without a
+# perceiving model registered, no arm spends a slot on one (chooser.family_for, coverage.LAST).
+PERCEPTION_FACTORS = frozenset({"colour", "instruction", "camera", "lighting"})
+
+
 @dataclass(frozen=True)
 class OperatorFamily:
     """One benchmark's operators (name -> operator(parent, seed, rng, config) -> Candidate), the
     failure types that choose them, what exploration draws from, the operators' config and the
     factors each operator may change (none given: the chooser's coverage rule leaves it alone).
-    ``perception_operators``: those that change only what a model seeing pixels or reading the
-    instruction takes in (a camera, a paraphrase); exploration leaves them out when no registered
-    model does (ChooserConfig.perceiving). The chooser picks the family by the parent's benchmark
-    (chooser.family_for)."""
+    ``perception_operators``: those whose every factor is a PERCEPTION_FACTOR; exploration leaves
+    them out when no registered model perceives (ChooserConfig.perceiving). The chooser picks the
+    family by the parent's benchmark (chooser.family_for)."""
 
     benchmark: str
     operators: Mapping[str, Callable]
@@ -130,7 +135,10 @@ class OperatorFamily:
     exploration_operators: tuple[str, ...]
     config: Any
     operator_factors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    perception_operators: tuple[str, ...] = ()
+
+    @property
+    def perception_operators(self) -> tuple[str, ...]:
+        return tuple(op for op, reach in self.operator_factors.items() if reach and set(reach) <= PERCEPTION_FACTORS)
 
 
 # -- the failure seed ---------------------------------------------------------------------------
@@ -441,9 +449,6 @@ OPERATOR_FACTORS: dict[str, tuple[str, ...]] = {
     "pose": ("placement", "pose"), "material": ("friction", "mass", "colour"), "distractor": ("distractors",),
     "paraphrase": ("instruction",), "horizon_extension": ("hold", "place"), "time_budget": ("time_budget",),
 }
-# what only a model that reads the instruction feels (colour, which needs pixels, is one of
-# material's variants: chooser.family_for weighs it out when no model perceives)
-PERCEPTION_OPERATORS = ("paraphrase",)
 OPERATORS: dict[str, Operator] = {
     "pose": pose,
     "material": material,

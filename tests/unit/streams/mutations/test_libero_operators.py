@@ -8,7 +8,7 @@ import pytest
 from schemas.libero_scenario import LiberoScenario, parse_perturbation
 from schemas.scenario import ScenarioSpec
 from streams.mutations.chooser import ChooserConfig, blind_candidates, family_for, guided_candidates
-from streams.mutations.libero_operators import FAILURE_OPERATORS, OPERATORS, PERCEPTION_OPERATORS, LiberoChooserConfig
+from streams.mutations.libero_operators import FAILURE_OPERATORS, OPERATORS, LiberoChooserConfig
 from streams.mutations.operators import FailureSeed
 
 BASE = LiberoScenario(suite="libero_object", env_name="pick_up_the_alphabet_soup_and_place_it_in_the_basket",
@@ -47,10 +47,13 @@ def test_a_libero_representative_makes_a_libero_seed_and_family():
 def test_failure_types_choose_the_libero_operators(cid, operators):
     got = guided_candidates([c for c in CLUSTERS if c["cluster_id"] == cid], seed=1, config=NO_EXPLORATION)
     assert len(got.candidates) == 4, got.skipped
+    assert got.candidates[0].params["chosen_by"].startswith("failure:")
     for c in got.candidates:
-        assert c.operator in operators and c.source_cluster_id == cid and c.generator == "failure-guided"
+        assert c.source_cluster_id == cid and c.generator == "failure-guided"
+        if c.params["chosen_by"] == "exploration":  # a factor drawn again gives way to breadth (Coverage)
+            continue
         cause = c.params["chosen_by"].removeprefix("failure:")
-        assert c.operator in FAILURE_OPERATORS[cause]
+        assert c.operator in operators and c.operator in FAILURE_OPERATORS[cause]
 
 
 def test_a_failure_type_without_a_libero_operator_explores_libero_operators_only():
@@ -60,15 +63,18 @@ def test_a_failure_type_without_a_libero_operator_explores_libero_operators_only
     assert {c.params["chosen_by"] for c in got.candidates} == {"exploration"}
 
 
+PERCEPTION = {"camera", "lighting", "paraphrase"}
+
+
 def test_camera_lighting_and_paraphrase_are_explored_only_when_a_registered_model_perceives():
     """Pixel and word changes fail only a policy that sees or reads (#19): exploration draws them
     with one registered, never for the scripted models alone."""
     clusters = [cluster(f"c{i:02d}", {"timeout": 1.0}) for i in range(12)]
     wide = ChooserConfig(exploration=1.0, candidates_per_cluster=3, max_clusters=12)
     seen = {c.operator for c in guided_candidates(clusters, seed=5, config=wide).candidates}
-    assert set(PERCEPTION_OPERATORS) <= seen
+    assert PERCEPTION <= seen
     blind = {c.operator for c in guided_candidates(clusters, seed=5, config=replace(wide, perceiving=False)).candidates}
-    assert blind and not blind & set(PERCEPTION_OPERATORS)
+    assert blind and not blind & PERCEPTION
 
 
 def test_candidates_are_libero_scenarios_changing_one_factor_of_the_parent():
@@ -101,7 +107,9 @@ def test_the_same_inputs_and_seed_give_the_same_candidates():
 
 def test_a_distractor_lies_between_the_target_and_the_hand_and_is_not_a_task_object():
     got = guided_candidates([CLUSTERS[1]], seed=2, config=NO_EXPLORATION)
-    for c in got.candidates:
+    distractors = [c for c in got.candidates if c.operator == "distractor"]
+    assert distractors
+    for c in distractors:
         assert c.params["path_from"] == "site_eef" and c.params["category"] not in BASE.env_name
         x, y = (c.spec.perturbations[f"distractor.{c.params['category']}.{a}"] for a in ("x_m", "y_m"))
         # the hand is at +y of the object here: the distractor lies on that side, 7-11 cm away
@@ -110,7 +118,7 @@ def test_a_distractor_lies_between_the_target_and_the_hand_and_is_not_a_task_obj
 
 def test_a_layout_shift_pushes_the_target_on_away_from_the_hand():
     got = guided_candidates([CLUSTERS[2]], seed=4, config=ChooserConfig(exploration=0.0, candidates_per_cluster=8))
-    shifts = [c for c in got.candidates if c.params["variant"] == "shift"]
+    shifts = [c for c in got.candidates if c.operator == "layout" and c.params["variant"] == "shift"]
     assert shifts
     for c in shifts:
         assert c.params["direction"] == "away_from_hand"
@@ -137,3 +145,12 @@ def test_a_composition_of_libero_scenarios_is_refused_by_name():
     a, b = (LiberoScenario.from_dict(c.spec.to_dict()) for c in blind_candidates([BASE], n=2, seed=0).candidates)
     with pytest.raises(CompositionError, match="LIBERO"):
         compose(BASE, [(a, BASE), (b, BASE)])
+
+
+def test_perception_operators_are_those_whose_every_factor_is_perceived():
+    """One set of perception factors decides both benchmarks' perception operators: material
+    reaches colour too, but its friction and mass variants fail pose readers."""
+    robosuite = family_for(ScenarioSpec(env_name="Lift", horizon=200, instruction="lift the cube"), ChooserConfig())
+    libero = family_for(BASE, ChooserConfig())
+    assert set(robosuite.perception_operators) == {"paraphrase"}
+    assert set(libero.perception_operators) == PERCEPTION
