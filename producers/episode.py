@@ -90,8 +90,9 @@ class Episode:
     ``cameras`` are rendered at every step before the policy acts (``camera_size`` square) and
     recorded: demonstrations with pixels. ``policy_cameras`` are rendered the same way and given to
     the policy in its observation as ``<camera>_image`` (robosuite's name for a camera observation):
-    what a pixel policy sees. Rendering changes no physics, so the episode of a policy that does not
-    look is the same with or without either."""
+    what a pixel policy sees; a policy with ``looks_now()`` (an action-chunk player) gets them only
+    at the steps where it says it looks. Rendering changes no physics, so the episode of a policy
+    that does not look is the same with or without either."""
 
     def __init__(self, env: BenchmarkEnv, policy: Any, seed: int, *, rule: SuccessRule, keyframe_every: int = 0,
                  keyframe_size: int = 128, stop_on_success: bool = True, cameras: tuple[str, ...] = (),
@@ -195,6 +196,11 @@ class Episode:
             return rendered[camera, size]
 
         frames = {camera: view(camera, self.camera_size) for camera in self.cameras}
+        # a policy that plays an action chunk open loop looks only when it asks for the next one; on
+        # a CPU renderer the frames it would not see cost more than the simulation (issue 19)
+        looks = getattr(self.policy, "looks_now", None)
+        if looks is not None and not looks():
+            return frames or None, {}
         seen = {f"{camera}_image": view(camera, self.policy_camera_size) for camera in self.policy_cameras}
         return frames or None, seen
 

@@ -183,8 +183,14 @@ class WebSocketPolicy:
         if self._connection is not None:
             self._connection.connect()
 
+    def looks_now(self) -> bool:
+        """Whether the next act() reads the observation: it asks the server when its chunk is spent
+        and plays the chunk open loop otherwise, so a frame rendered between requests goes unseen
+        (the episode renders the policy's cameras only when this is true)."""
+        return self._chunk is None or self._cursor >= len(self._chunk)
+
     def act(self, obs: dict[str, Any], signals: dict[str, Any]) -> np.ndarray:
-        if self._chunk is None or self._cursor >= len(self._chunk):
+        if self.looks_now():
             self._chunk, self._cursor = self._request(obs, signals), 0
         action = self._chunk[self._cursor]
         self._cursor += 1

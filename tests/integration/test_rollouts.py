@@ -196,6 +196,21 @@ def test_a_pixel_policy_gets_its_cameras_frames_with_every_request():
     assert server.last["observation/state"].shape == (3,)
 
 
+def test_a_chunk_player_s_cameras_are_rendered_only_at_the_steps_it_asks_the_server():
+    """Between requests the policy plays its chunk open loop and would not see a frame: 20 steps of
+    4-action chunks render each camera 5 times, not 20."""
+    env = make_env(lift_spec(20), keyframes=True)
+    rendered = []
+    render = env.render_keyframe
+    env.render_keyframe = lambda *args: rendered.append(args) or render(*args)
+    layout = {"observation/image": ("agentview_image",), "observation/state": ("robot0_eef_pos",)}
+    with PolicyServer(lambda: np.zeros((4, 7))) as server:
+        outcome, _ = run_against(env, server.uri, observation=layout, cameras=("agentview",))
+    env.close()
+    assert outcome.termination == "timeout" and server.requests == 5
+    assert rendered[:-1] == [(32, "agentview")] * 5 and len(rendered[-1]) == 1  # and the timeout's final frame
+
+
 def test_server_that_disconnects_ends_the_episode_as_env_error_naming_it(lift_env):
     with PolicyServer(lambda: np.zeros((4, 7)), close_after=3) as server:
         outcome, steps = run_against(lift_env, server.uri)
