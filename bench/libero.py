@@ -12,7 +12,11 @@ Prints, from one run (libero_object, embedded Tansu broker started here, the LIB
      inside the recorder per step;
      and the cost of signals() alone (a VLA reads images, not signals: for it they are
      instrumentation too);
-  2. steps/s published by the LIBERO worker (infra/libero_worker.py) with 2 pool processes,
+  2. the frames a pixel policy costs: per-step time of an episode of a policy that plays 8-action
+     chunks from a policy server (bench/policy_server.py, no latency) and sees two 64x64 cameras,
+     with its cameras rendered at every step and only at the steps it asks the server
+     (WebSocketPolicy.looks_now), in pairs run back to back on the same seeds;
+  3. steps/s published by the LIBERO worker (infra/libero_worker.py) with 2 pool processes,
      serving a request of N seeds of the oracle after a first request warmed its envs (steady
      state); the clock runs from publishing the request to the last EpisodeEnded read back, and
      every Step event of the request is counted on the topic.
@@ -139,6 +143,56 @@ def _events(bootstrap: str, topic: str, want, timeout_s: float) -> list[dict]:
     return events
 
 
+class EveryStep:
+    """A policy seen without looks_now(): the episode renders its cameras at every step."""
+
+    def __init__(self, policy):
+        self.policy, self.name = policy, policy.name
+
+    def reset(self, seed, spec):
+        self.policy.reset(seed, spec)
+
+    def act(self, obs, signals):
+        return self.policy.act(obs, signals)
+
+
+def inner_frames(task: int, pairs: int) -> dict:
+    """Runs in the LIBERO venv: a chunk player's episodes, frames at every step vs when it looks."""
+    from bench.policy_server import LatencyPolicyServer
+    from producers.episode import Episode, SuccessRule
+    from producers.libero.env import KEYFRAME_CAMERA, WRIST_CAMERA, LiberoEnv, libero_package_dir
+    from producers.libero.tasks import TaskCatalog
+    from producers.websocket_policy import WebSocketPolicy
+
+    catalog = TaskCatalog(libero_package_dir())
+    spec = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[task], horizon=LOOP_STEPS)
+    env = LiberoEnv(spec, catalog, keyframes=True)
+    cameras = (KEYFRAME_CAMERA, WRIST_CAMERA)
+    layout = {"observation/image": (f"{KEYFRAME_CAMERA}_image",), "observation/wrist_image": (f"{WRIST_CAMERA}_image",),
+              "observation/state": ("eef_pos",)}
+    with LatencyPolicyServer(latency_s=0.0, chunk=8) as server:
+        def episode(seed: int, every_step: bool) -> float:
+            policy = WebSocketPolicy(server.uri, env.action_dim, observation=layout, name="chunk-player")
+            episode = Episode(env, EveryStep(policy) if every_step else policy, seed,
+                              rule=SuccessRule(hold_steps=1, hold_steps_at_horizon=1),
+                              policy_cameras=cameras, policy_camera_size=64)
+            t0 = time.perf_counter()
+            steps = sum(1 for _ in episode)
+            policy.close()
+            return (time.perf_counter() - t0) / max(steps, 1)
+
+        episode(0, False)  # warm: the renderer's GL context and the connection
+        every, looks = [], []
+        for i in range(pairs):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            got = {flag: episode(i + 1, flag) for flag in order}
+            every.append(got[True])
+            looks.append(got[False])
+    env.close()
+    return {"pairs": pairs, "every_ms": statistics.median(every) * 1000, "looks_ms": statistics.median(looks) * 1000,
+            "ratio": statistics.median(e / q for e, q in zip(every, looks, strict=True))}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=6, help="episodes in the timed request")
@@ -151,6 +205,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.inner == "overhead":
         print(json.dumps(inner_overhead(args.bootstrap, args.prefix, args.task, args.pairs)))
+        return 0
+    if args.inner == "frames":
+        print(json.dumps(inner_frames(args.task, args.pairs)))
         return 0
 
     from infra.embedded_broker import TansuBroker
@@ -191,6 +248,17 @@ def main() -> int:
               f"({100 * o['recorder_ms_per_step'] / o['bare_ms']:.1f}% of a bare step); "
               f"signals(): {o['signals_ms']:.3f} ms")
 
+        out = subprocess.run([str(venv.python), str(Path(__file__).resolve()), "--inner", "frames",
+                              "--task", str(args.task), "--pairs", str(args.pairs)], env=env, capture_output=True,
+                             text=True)
+        if out.returncode != 0:
+            print(out.stderr[-3000:], file=sys.stderr)
+            return 1
+        f = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"2. a pixel policy playing 8-action chunks, two 64x64 cameras: {f['every_ms']:.1f} ms/step with "
+              f"frames at every step, {f['looks_ms']:.1f} ms/step with frames when it asks the server: "
+              f"{f['ratio']:.2f}x (median of {f['pairs']} paired episodes of {LOOP_STEPS} steps)")
+
         catalog = TaskCatalog(venv.package_dir)
         spec = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[args.task])
         worker_pid = start_libero_worker(settings, bootstrap, processes=args.processes)
@@ -219,7 +287,7 @@ def main() -> int:
 
             serve(list(range(args.processes)), "warm")  # every process builds its env
             wall, counted, expected = serve(list(range(100, 100 + args.seeds)), "timed")
-            print(f"2. LIBERO worker, {args.processes} processes, {args.seeds} oracle episodes: {counted} Step events "
+            print(f"3. LIBERO worker, {args.processes} processes, {args.seeds} oracle episodes: {counted} Step events "
                   f"read back ({expected} expected) in {wall:.1f} s = {counted / wall:.0f} steps/s published "
                   f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
         finally:
