@@ -12,6 +12,14 @@ by `up` as a user's VLA is, and measured on seeds that chose nothing.
    suite's tasks and of one variant per probe axis (producers/libero/mutations.py's PROBE):
    camera, lighting and paraphrase are what no pose-reading model feels.
 
+With --evolved DIR (the memory dir of a finished `sepa-eval run --benchmark libero` whose models
+file, SEPA_MODELS_FILE, was this bench's models-with-learned.yaml), the family is measured in that
+dir on held-out seeds of the run's base tasks, of the benchmark the run left (every active
+scenario) and of a reference suite (the probe variants of every base task, one per axis of
+--probes; nothing in it came from the loop): it prints the promoted factors, the oracle on every
+promoted scenario, and the Spearman of the base's and the evolved benchmark's ranking of the family
+with the suite's.
+
 Demonstrations start from LIBERO's init states 0..demos-1 of each task; the held-out seeds start
 from init states 25 on (producers/seeds.py), which no demonstration saw when --demos <= 25.
 
@@ -22,6 +30,7 @@ Usage:
     python bench/learned_libero.py [--demos 5] [--budgets 10x500,30x1500,50x3000] [--seeds 2]
                                    [--probes camera,lighting,paraphrase,layout] [--size 64] [--seed 0]
                                    [--keep DIR]
+    python bench/learned_libero.py --keep DIR --evolved LOOP_DIR [--seeds 2] [--probes ...]
 
 With --keep DIR, a second run reuses what the first left there: its demonstrations and the
 policies already trained.
@@ -43,6 +52,7 @@ from bench.evolution import stack  # noqa: E402
 from bench.learned import CAMERAS, rate, train, venv_and_work  # noqa: E402
 from bench.learned_loop import models_with_family  # noqa: E402
 from bench.validity import success_rates  # noqa: E402
+from consumers import state as q  # noqa: E402
 from consumers.exports.lerobot import export_lerobot  # noqa: E402
 from consumers.exports.output import ExportFilters  # noqa: E402
 from consumers.statistics import spearman  # noqa: E402
@@ -55,6 +65,7 @@ from schemas.libero_scenario import LiberoScenario  # noqa: E402
 
 WAIT_S = 7200.0
 SUITE = "libero_object"
+MODELS_FILE = "models-with-learned.yaml"
 
 
 def record_demos(work: Path, n: int, size: int) -> Path:
@@ -84,23 +95,42 @@ def probe_sets(base: list[dict], probes: list[str]) -> dict[str, list[dict]]:
     return sets
 
 
-def measure(work: Path, models_path: Path, names: list[str], probes: list[str], n_seeds: int) -> dict:
+def measure(memory: Path, models_path: Path, names: list[str], probes: list[str], n_seeds: int,
+            evolved: bool = False) -> dict:
+    """The family and the oracle on held-out seeds of every set: the suite's tasks ("base") and
+    their probe variants; with ``evolved``, the base is the loop's in ``memory`` and the benchmark it
+    left is a set too ("evolved")."""
     seeds = held_out_seeds(n_seeds)
-    with stack(work / "memory", models_path) as (store, publisher, settings):
+    with stack(memory, models_path) as (store, publisher, settings):
         models = [m for m in load_models(models_path) if m.model_id in names or m.kind == "oracle"]
         orchestrator.register_models(publisher, models)
-        sets = probe_sets(list(libero_base(SUITE, None)), probes)
+        loop = {}
+        if evolved:
+            base = [dict(c.scenario) for c in q.candidates(store, generator="base")]
+            benchmark = q.active_benchmark(store)
+            sets = {**probe_sets(base, probes), "evolved": [dict(a.spec) for a in benchmark.scenarios]}
+            promoted = [a for a in benchmark.scenarios if a.factor != "base"]
+            loop = {"version": benchmark.version, "factors": sorted({a.factor for a in promoted}),
+                    "promoted": [(a.scenario_id, a.factor) for a in promoted]}
+        else:
+            sets = probe_sets(list(libero_base(SUITE, None)), probes)
+        unique = {s["scenario_id"]: s for ss in sets.values() for s in ss}
         t0 = time.monotonic()
-        requests = orchestrator.request_sweeps(publisher, store, [s for ss in sets.values() for s in ss], models,
-                                               seeds)
+        requests = orchestrator.request_sweeps(publisher, store, list(unique.values()), models, seeds)
         waits.wait_for_episodes(store, requests, waits.deadline_in(WAIT_S),
                                 check=waits.still_running(settings, libero=True),
                                 requests_topic=waits.requests_topic(settings.topic_prefix))
         print(f"measurement: {len(requests)} requests in {time.monotonic() - t0:.0f} s", flush=True)
         everyone = [*names, "oracle"]
-        return {"seeds": len(seeds), "tasks": len(sets["base"]),
-                "rates": {label: success_rates(store, everyone, [s["scenario_id"] for s in ss], seeds)
-                          for label, ss in sets.items()}}
+        rates = {label: success_rates(store, everyone, [s["scenario_id"] for s in ss], seeds)
+                 for label, ss in sets.items()}
+        if evolved:
+            suite = [s["scenario_id"] for axis in probes for s in sets[axis]]
+            rates["suite"] = success_rates(store, everyone, suite, seeds)
+            loop["oracle_promoted"] = {sid: success_rates(store, ["oracle"], [sid], seeds)["oracle"]
+                                       for sid, _ in loop["promoted"]}
+        return {"seeds": len(seeds), "tasks": len(sets["base"]), "sizes": {k: len(v) for k, v in sets.items()},
+                "rates": rates, "loop": loop}
 
 
 def main(argv: list[str]) -> int:
@@ -113,6 +143,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path)
+    parser.add_argument("--evolved", type=Path, metavar="LOOP_DIR",
+                        help="measure the family in the memory dir of a finished `run --benchmark libero`")
     args = parser.parse_args(argv)
     probes = [p.strip() for p in args.probes.split(",") if p.strip()]
     unknown = [p for p in probes if p not in PROBE]
@@ -136,8 +168,13 @@ def main(argv: list[str]) -> int:
             family[name] = work / name
             print(f"{name}: trained in {trained[name]['wall_s']:.0f} s on {trained[name]['episodes']} "
                   f"demonstrations (loss {trained[name]['final_loss']:.3f})", flush=True)
-        models_path = models_with_family(work / "models-with-learned.yaml", family, args.size)
-        result = measure(work, models_path, list(family), probes, args.seeds)
+        models_path = work / MODELS_FILE
+        if args.evolved is None:
+            models_with_family(models_path, family, args.size)
+        elif not models_path.exists():
+            parser.error(f"--evolved: {work} holds no {MODELS_FILE}, the models file the loop ran with")
+        result = measure(args.evolved or work / "memory", models_path, list(family), probes, args.seeds,
+                         evolved=args.evolved is not None)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -146,17 +183,29 @@ def main(argv: list[str]) -> int:
 
 
 def report(result: dict, trained: dict, probes: list[str], seconds: float) -> None:
-    n = result["seeds"] * result["tasks"]
-    print(f"\n{SUITE}: {result['tasks']} tasks x {result['seeds']} held-out seeds = {n} episodes per policy and set")
-    labels = ["base", *probes]
+    sizes, loop = result["sizes"], result["loop"]
+    print(f"\n{SUITE}: {result['tasks']} tasks; {result['seeds']} held-out seeds per policy and scenario")
+    labels = ["base", *probes, *(["evolved", "suite"] if loop else [])]
+    sizes = {**sizes, "suite": sum(sizes[p] for p in probes)}
     print(f"{'policy':28s} {'train s':>8s}  " + "  ".join(f"{label:18s}" for label in labels))
     for name in [*trained, "oracle"]:
         wall = f"{trained[name]['wall_s']:.0f}" if name in trained else "-"
-        cells = [rate(round(result["rates"][label][name] * n), n) for label in labels]
+        cells = [rate(round(result["rates"][label][name] * result["seeds"] * sizes[label]),
+                      result["seeds"] * sizes[label]) for label in labels]
         print(f"{name:28s} {wall:>8s}  " + "  ".join(f"{c:18s}" for c in cells))
     names = list(trained)
-    rho = spearman([result["rates"]["base"][m] for m in names], list(range(len(names))))
-    print(f"base: Spearman of the family's rates with the budget order {'- (tied)' if rho is None else f'{rho:.2f}'}")
+
+    def rho(a: str, b: list[float]) -> str:
+        r = spearman([result["rates"][a][m] for m in names], b)
+        return "- (tied)" if r is None else f"{r:.2f}"
+    print(f"base: Spearman of the family's rates with the budget order {rho('base', list(range(len(names))))}")
+    if loop:
+        suite = [result["rates"]["suite"][m] for m in names]
+        print(f"the loop's benchmark v{loop['version']}: promoted {len(loop['promoted'])} over factors "
+              f"{', '.join(loop['factors']) or 'none'}; oracle on each, held-out: "
+              + ", ".join(f"{factor} {loop['oracle_promoted'][sid]:.2f}" for sid, factor in loop["promoted"]))
+        print(f"Spearman with the suite's ranking of the family: base {rho('base', suite)}, "
+              f"evolved {rho('evolved', suite)}")
     print(f"total wall time {seconds:.0f} s")
 
 
