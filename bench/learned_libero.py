@@ -150,6 +150,8 @@ def main(argv: list[str]) -> int:
     unknown = [p for p in probes if p not in PROBE]
     if unknown:
         parser.error(f"--probes: unknown axis {unknown}; the axes: {', '.join(PROBE)}")
+    if args.evolved is not None and not (args.evolved / "evidence").is_dir():
+        parser.error(f"--evolved: {args.evolved} is not the memory dir of a run (it has no evidence/)")
     venv, work = venv_and_work(args.keep, "sepa-learned-libero-")
     if venv is None:
         return 2
