@@ -156,3 +156,27 @@ def range_power(successes: tuple[int, ...], n: int, n_final: int, level: float) 
         dist = nxt
     return math.fsum(w for (total, hi, lo), w in dist.items()
                      if range_sf(models, n_final, total, hi - lo) <= level)
+
+
+def tarone(p_values: tuple[float, ...], floors: tuple[float, ...], level: float) -> tuple[float, int | None]:
+    """Tarone's (1990) Bonferroni for discrete tests: (adjusted p of the best test, its index).
+
+    A discrete test whose smallest attainable p-value (its ``floor``; for an exact McNemar test on
+    n discordant seeds, 2^-n) exceeds level / K can never reject at that level, so it need not
+    share the level. K is the smallest K >= 1 with at most K tests whose floor is <= level / K; the
+    global null is rejected when some such test has p <= level / K (the union bound over K tests,
+    so it holds under any dependence among them). The adjusted p returned is K x the best such
+    p-value (<= level exactly when the procedure rejects), 1.0 when none can reject.
+    """
+    if len(p_values) != len(floors):
+        raise ValueError(f"tarone: {len(p_values)} p-values but {len(floors)} floors")
+    if level <= 0.0 or not p_values:
+        return 1.0, None
+    k = 1
+    while sum(f <= level / k for f in floors) > k:
+        k += 1
+    testable = [i for i, f in enumerate(floors) if f <= level / k]
+    if not testable:
+        return 1.0, None
+    best = min(testable, key=lambda i: (p_values[i], i))
+    return min(1.0, k * p_values[best]), best

@@ -65,11 +65,19 @@ def test_the_critics_evidence_round_trips_to_its_exact_bytes():
     assert evidence.models["weak"] == ModelEvidence(candidate_successes=0, parent_successes=10, parent_only=10,
                                                     candidate_only=0)
     assert evidence.traced and evidence.next_seeds is None and evidence.checks["harder"]["model"] == "weak"
-    # the critic builds the same record and writes the same bytes
+    # today's critic (robustness-sequential/2.0: a harder test per model) builds the same record on
+    # the same outcomes but for the harder check's wording, and writes what it builds
     cfg = SequentialConfig()
     decision = decide([True] * 10, {"strong": [(True, True)] * 10, "weak": [(False, True)] * 10}, cfg)
-    assert decision.evidence(cfg) == evidence
-    assert decision.verdict_fields(cfg)["evidence_json"] == KNOWN
+    built = decision.evidence(cfg)
+    assert built.rule == "robustness-sequential/2.0" and built.checks["harder"]["model"] == "weak"
+    assert built.checks["harder"]["status"] == "passed" and built.checks["harder"]["passed_look"] == 2
+    same = ("action", "look", "seeds_per_arm", "models", "oracle_successes", "rollouts", "config", "next_seeds")
+    assert all(getattr(built, f) == getattr(evidence, f) for f in same)
+    assert {k: v for k, v in built.checks.items() if k != "harder"} == \
+        {k: v for k, v in evidence.checks.items() if k != "harder"}
+    assert decision.verdict_fields(cfg)["evidence_json"] == built.to_json()
+    assert RobustnessEvidence.from_json(built.to_json()) == built
 
 
 def test_the_borderline_marking_is_a_field_encoded_as_the_worker_always_wrote_it():

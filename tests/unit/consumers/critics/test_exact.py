@@ -15,6 +15,7 @@ from consumers.critics.exact import (
     range_power,
     range_sf,
     signflip_sf,
+    tarone,
     upper_bound,
 )
 
@@ -54,6 +55,30 @@ def test_signflip_is_the_sign_test_for_unit_magnitudes_and_enumerates_otherwise(
     mags = (0, 1, 2, 2, 3)
     tail = sum(1 for e in itertools.product((-1, 1), repeat=5) if sum(a * b for a, b in zip(e, mags, strict=True)) >= 3)
     assert signflip_sf(mags, 3) == pytest.approx(tail / 32)
+
+
+def test_tarone_gives_no_share_of_the_level_to_a_test_that_cannot_reject():
+    # floors 2^-8 (a model that lost 8 seeds of 8) and 0.5 (one discordant seed), 1.0 (none)
+    assert tarone((2 ** -8, 0.5, 1.0), (2 ** -8, 0.5, 1.0), 0.0125) == (2 ** -8, 0)  # K = 1: Bonferroni would say 3x
+    # two tests that can reject share it: K = 2
+    p, best = tarone((2 ** -8, 0.6), (2 ** -8, 2 ** -9), 0.0125)
+    assert (p, best) == (2 * 2 ** -8, 0)
+    assert tarone((0.5,), (0.5,), 0.05) == (1.0, None)  # nothing can reject at 0.05
+    assert tarone((0.01,), (0.01,), 0.0) == (1.0, None)  # a look that spends nothing rejects nothing
+    with pytest.raises(ValueError, match="2 p-values but 1 floors"):
+        tarone((0.1, 0.2), (0.1,), 0.05)
+
+
+def test_tarone_holds_its_level_over_exchangeable_discordant_seeds():
+    """Under 'candidate = parent' every model's parent-only count is Binomial(discordant, 1/2): the
+    chance of any rejection, summed exactly over the outcomes, stays <= the level."""
+    discordant, level = (8, 7, 3, 0), 0.0125
+    reject = 0.0
+    for outcome in itertools.product(*(range(n + 1) for n in discordant)):
+        ps = tuple(binom_sf(b, n, 0.5) for b, n in zip(outcome, discordant, strict=True))
+        if tarone(ps, tuple(0.5 ** n for n in discordant), level)[0] <= level:
+            reject += math.prod(math.comb(n, b) * 0.5 ** n for b, n in zip(outcome, discordant, strict=True))
+    assert 0.0 < reject <= level
 
 
 def test_clopper_pearson_bounds_hit_their_level():

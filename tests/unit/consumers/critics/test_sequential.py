@@ -243,3 +243,31 @@ def test_spending_adds_up_to_alpha_and_beta():
     assert len(alphas) == len(betas) == CFG.looks == 4
     assert sum(alphas) == pytest.approx(CFG.alpha) and sum(betas) == pytest.approx(CFG.beta)
     assert alphas[0] == 0.0
+
+
+# -- harder: one model of many ------------------------------------------------------------------
+
+def test_one_model_that_loses_every_seed_its_parent_won_is_harder_however_many_models_do_not_move():
+    """LIBERO's moved camera: one pixel policy loses the 8 seeds its parent won; two others win and
+    lose seeds at random; four pose readers never move. The seed-pooled sum cancels (seeds 0-7 net
+    0 at 10 seeds); the weak model's own McNemar test, sharing the level only with tests that could
+    reject, carries it."""
+    solid = arm("1" * 20, "1" * 20)
+    models = {f"scripted-{i}": solid for i in range(4)}
+    models["pixel-weak"] = arm("0" * 20, "1" * 8 + "0" * 12)
+    models["pixel-a"] = arm("1111" + "0" * 16, "0" * 10 + "111" + "0" * 7)
+    models["pixel-b"] = arm("0000" + "1111" + "0" * 12, "0" * 13 + "111" + "0" * 4)
+    d = decide(bits("1" * 20), models)
+    assert (d.action, d.look) == (ACCEPT, 2), d.reason
+    harder = d.checks["harder"]
+    assert harder.status == PASSED and harder.model == "pixel-weak"
+    assert harder.p_value == pytest.approx(2 ** -8)  # alone able to reject at look 2: no Bonferroni factor
+    assert "McNemar" in harder.reason and "pixel-weak parent-only 8, candidate-only 0" in harder.reason
+
+
+def test_a_model_whose_parent_never_succeeds_cannot_stop_a_candidate_for_futility():
+    """The futility bound is on the share of the parent's successes a model loses: a model the
+    parent never carried says nothing, and one that lost the one seed its parent won is still watched."""
+    models = {"strong": arm("11111", "11111"), "never": arm("00000", "00000"), "weak": arm("00000", "10000")}
+    d = decide(bits("11111"), models)
+    assert d.action == CONTINUE and d.checks["harder"].status == PENDING, d.checks["harder"].reason
