@@ -18,6 +18,10 @@ Keyframes: every episode ends with a final keyframe (``keyframe_every`` 0, as Ro
 defines it) and ``keyframe_every`` > 0 adds one every that many steps; frames are rendered only
 then (a LIBERO step with cameras costs 10x one without), stored by content under the keyframe root.
 
+A pool process that dies mid-request (the kernel killed it for memory, the simulator crashed)
+breaks the pool: the worker starts new processes and runs the request again, and dead-letters it
+after POOL_ATTEMPTS deaths in a row, so one such request never stops the worker or the loop.
+
 Pool processes keep their envs (ENV_CACHE_SIZE, least recently used dropped; a LIBERO env takes
 3-20 s to build) and one producer, made by the ``producer_factory`` the edge passes (a picklable
 callable: pool processes are spawned).
@@ -38,6 +42,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +64,9 @@ log = logging.getLogger(__name__)
 PRODUCER = "libero-worker"
 GROUP_ID = "sepa-libero-workers"
 ENV_CACHE_SIZE = 3
+# A request whose pool processes die this many times in a row (killed for memory, a crash in the
+# simulator) is dead-lettered: a request that kills every pool it meets must not stop the worker.
+POOL_ATTEMPTS = 3
 WARM_TIMEOUT_S = 600.0
 OPENPI_VERSION = "server"  # model_version of an openpi policy server (the server names its checkpoint)
 REQUESTS = BY_NAME["rollout.requests"]  # decoded against it: the same reasons as the sink's
@@ -204,11 +212,24 @@ class LiberoPool:
     def __init__(self, producer_factory: Callable[[], Any], prefix: str, keyframe_root: Path,
                  models: dict[str, LiberoModel], processes: int = 2):
         self.keyframe_root, self.models, self.processes = str(keyframe_root), models, processes
+        self._producer_factory, self._prefix = producer_factory, prefix
+        self.restarts = 0
+        self.executor = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
         ctx = multiprocessing.get_context("spawn")
-        self.executor = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init_process,
-                                            initargs=(os.getpid(), ctx.Barrier(processes), producer_factory, prefix))
-        for _ in range(processes):
-            self.executor.submit(os.getpid)
+        executor = ProcessPoolExecutor(self.processes, mp_context=ctx, initializer=_init_process,
+                                       initargs=(os.getpid(), ctx.Barrier(self.processes), self._producer_factory,
+                                                 self._prefix))
+        for _ in range(self.processes):
+            executor.submit(os.getpid)
+        return executor
+
+    def restart(self) -> None:
+        """New processes for a pool one of whose processes died (the executor is then broken)."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.executor = self._start()
+        self.restarts += 1
 
     def ready(self) -> list[int]:
         """Blocks until every process has imported LIBERO and made its publisher; their pids."""
@@ -258,7 +279,17 @@ class LiberoWorker:
                            f"{sorted(self.pool.models)}")
         if not request["seeds"]:
             raise ValueError(f"request {request['request_id']} has no seeds")
-        return self.pool.run(request)
+        for attempt in range(1, POOL_ATTEMPTS + 1):
+            try:
+                return self.pool.run(request)
+            except BrokenProcessPool as exc:
+                # The seeds a surviving process finished are published under the same episode ids
+                # again: the evidence log counts each once, as after a worker's restart.
+                log.warning("request %s: a pool process died (%s), attempt %d of %d; new pool processes",
+                            request["request_id"], exc, attempt, POOL_ATTEMPTS)
+                self.pool.restart()
+        raise LiberoError(f"request {request['request_id']}: a pool process died on each of {POOL_ATTEMPTS} "
+                          f"attempts (killed for memory? see the kernel log)")
 
     def run(self, stop: threading.Event) -> None:
         from confluent_kafka import TopicPartition

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
 from infra.libero_venv import ROOT, LiberoVenv
 from infra.libero_worker import ready_file_of, start_libero_worker, worker_command, worker_environ
 from infra.settings import load_settings
-from producers.libero.worker import LiberoModel, LiberoWorker, load_libero_models
+from producers.libero.exceptions import LiberoError
+from producers.libero.worker import POOL_ATTEMPTS, LiberoModel, LiberoWorker, load_libero_models
 from producers.rollout_worker import rollout_request
 from producers.sim.policies import Skill
 from schemas.exceptions import LiberoScenarioError
@@ -18,13 +20,20 @@ from schemas.scenario import ScenarioSpec
 
 
 class Pool:
-    def __init__(self):
+    def __init__(self, deaths: int = 0):
         self.models = {"oracle": LiberoModel("oracle", "1", "oracle", skill=Skill())}
         self.ran: list[dict] = []
+        self.deaths, self.restarts = deaths, 0
 
     def run(self, request):
         self.ran.append(request)
+        if self.deaths:
+            self.deaths -= 1
+            raise BrokenProcessPool("A process in the process pool was terminated abruptly")
         return []
+
+    def restart(self):
+        self.restarts += 1
 
 
 def spec() -> LiberoScenario:
@@ -45,6 +54,22 @@ def test_requests_are_routed_validated_and_run():
     with pytest.raises(LiberoScenarioError, match="does not match its content"):
         worker.handle(rollout_request(edited, "oracle", [0]))
     assert len(pool.ran) == 1
+
+
+def test_a_pool_process_that_dies_gets_new_processes_and_the_request_runs_again():
+    """The kernel killed a pool process for memory mid-request: the worker must not die with it."""
+    pool = Pool(deaths=POOL_ATTEMPTS - 1)
+    worker = LiberoWorker(None, None, None, pool, "t.")
+    assert worker.handle(rollout_request(spec().to_dict(), "oracle", [0, 1])) == []
+    assert (len(pool.ran), pool.restarts) == (POOL_ATTEMPTS, POOL_ATTEMPTS - 1)
+
+
+def test_a_request_that_kills_every_pool_is_refused_naming_it():
+    pool = Pool(deaths=POOL_ATTEMPTS)
+    request = rollout_request(spec().to_dict(), "oracle", [0])
+    with pytest.raises(LiberoError, match=f"{request['request_id']}: a pool process died on each of {POOL_ATTEMPTS}"):
+        LiberoWorker(None, None, None, pool, "t.").handle(request)
+    assert pool.restarts == POOL_ATTEMPTS
 
 
 def test_models_are_the_registrys_scripted_ones_plus_policy_servers():
