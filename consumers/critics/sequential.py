@@ -431,7 +431,7 @@ def _checks(cfg: SequentialConfig, j: int, n: int, s_o: int, counts: dict[str, M
     mc = counts[carrier]
     tally = (f"{carrier} parent-only {mc.parent_only}, candidate-only {mc.candidate_only}; "
              f"net {total:+d} over all models and {n} seeds")
-    via = "pooled sign-flip" if best is not None and lead == POOLED else "McNemar"
+    via = "pooled sign-flip" if best == len(counts) else "McNemar"
     if look:
         status, why = PASSED, f"{tally} ({via}, Tarone-adjusted p={p:.4g}, look {look})"
     elif not any(min([binom_sf(c.parent_only + nn - n, c.parent_only + c.candidate_only + nn - n, 0.5)

@@ -213,7 +213,6 @@ class LiberoPool:
                  models: dict[str, LiberoModel], processes: int = 2):
         self.keyframe_root, self.models, self.processes = str(keyframe_root), models, processes
         self._producer_factory, self._prefix = producer_factory, prefix
-        self.restarts = 0
         self.executor = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
@@ -229,7 +228,6 @@ class LiberoPool:
         """New processes for a pool one of whose processes died (the executor is then broken)."""
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.executor = self._start()
-        self.restarts += 1
 
     def ready(self) -> list[int]:
         """Blocks until every process has imported LIBERO and made its publisher; their pids."""
