@@ -50,7 +50,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from consumers.evidence.exceptions import ConsumerFailed
 from consumers.evidence.staging import Accepted, Pending, StagedTable, TableOutcome
@@ -167,7 +167,8 @@ class EvidenceSink:
 
     def run(self, stop: threading.Event, idle_exit_s: float | None = None,
             join_timeout_s: float | None = None) -> BatchStats:
-        """Consume until stop is set (or, with idle_exit_s, until nothing arrived for that long).
+        """Consume until stop is set (or, with idle_exit_s, until nothing arrived for that long and
+        the group has committed every partition to its end).
         With join_timeout_s, raise ConsumerFailed when no partition is assigned within that time.
 
         Two stages overlap: while ClickHouse stores batch k (in a worker thread; chDB and
@@ -201,7 +202,9 @@ class EvidenceSink:
                                                  f"{join_timeout_s:.0f} s")
                         last_message = now  # idleness counts from the group join
                     elif idle_exit_s is not None and now - last_message > idle_exit_s:
-                        break
+                        if self._drained():
+                            break
+                        last_message = now  # look again after another idle spell
                 if in_flight is not None:
                     self.finish(*in_flight.result())
         finally:
@@ -212,6 +215,35 @@ class EvidenceSink:
             finally:
                 self._drop_staging()
         return self.totals
+
+    def _drained(self) -> bool:
+        """Whether the group has committed every partition of our topics up to its end.
+
+        Idleness alone is not enough: a sink started beside a killed one (still a member until its
+        session times out) holds only part of the partitions at first, and would end before the
+        rebalance hands it the rest. Our own dead letters are flushed first so they count.
+        """
+        if self.producer is not None:
+            self.producer.flush(10)
+        # Fetching paused: a watermark query otherwise waits behind each partition's long-poll fetch.
+        held = self.consumer.assignment()
+        self.consumer.pause(held)
+        try:
+            topics = self.consumer.list_topics(timeout=10).topics
+            parts = [TopicPartition(name, p) for name in self.topics() if name in topics
+                     for p in topics[name].partitions]
+            for tp in self.consumer.committed(parts, timeout=10):
+                low, high = self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                if high > low and tp.offset < high:
+                    log.info("idle, but %s[%d] is committed to %d of %d: waiting for it", tp.topic,
+                             tp.partition, max(tp.offset, low), high)
+                    return False
+        except KafkaException as exc:
+            raise ConsumerFailed(f"could not read the committed offsets of {self.prefix}*: "
+                                 f"{exc.args[0].str() if exc.args else exc}") from exc
+        finally:
+            self.consumer.resume(held)
+        return True
 
     def process(self, messages: list[Message]) -> BatchStats:
         """Store one batch, dead-letter what cannot be stored, then commit the batch's offsets."""

@@ -1,15 +1,17 @@
 """The evidence sink against real brokers and a real chDB store."""
 
+import time
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from marks import slow_on_kafka
-from sinks import drain, rebuild_from
+from sinks import SESSION_MS, drain, rebuild_from
 
 from consumers.replay import compare, republish
 from consumers.state import derived_state, state_digest, table_counts
-from infra.kafka_clients import make_producer
+from infra.kafka_clients import consumer_config, make_producer
 from producers.publisher import Publisher
 from producers.synthetic import episodes
+from schemas.catalog import TOPICS
 from schemas.codec import Codec
 from schemas.events import make_event
 
@@ -100,3 +102,28 @@ def test_republish_then_rebuild_reproduces_the_store(broker, prefix, store):
         assert compare(store, rebuilt)[2] == {}
     finally:
         rebuilt.command("DROP DATABASE IF EXISTS {database}")
+
+
+def test_an_idle_sink_waits_for_the_partitions_a_silent_member_holds(broker, prefix, store):
+    """A sink restarted beside its killed predecessor (a member until its session times out) holds
+    part of the partitions at first; `--until-idle` must not end before it has stored them all."""
+    events = list(episodes(20, 5, seed=3, run_id="r"))
+    publish(broker, prefix, events)
+    # The silent member: joins the sink's group, takes every partition, and never reads or
+    # commits again; it leaves the group only when its poll interval runs out.
+    silent = Consumer(consumer_config(broker, f"sink-{prefix}", SESSION_MS,
+                                      **{"max.poll.interval.ms": SESSION_MS + 2000}))
+    assigned = []
+    silent.subscribe([t.full_name(prefix) for t in TOPICS], on_assign=lambda c, parts: assigned.extend(parts))
+    deadline = time.monotonic() + 60
+    while not assigned and time.monotonic() < deadline:
+        silent.poll(0.2)
+    assert assigned, "the silent member never joined"
+    try:
+        drain(store, broker, prefix, idle_exit_s=2.0)
+    finally:
+        silent.close()
+
+    counts = table_counts(store)
+    assert counts["rollout_steps"] == 100
+    assert counts["rollout_episodes"] == 40
