@@ -7,6 +7,9 @@
     <libero python> tests/integration/libero_episodes.py probe SCENARIO_JSON [SCENARIO_JSON ...]
         what each scenario's env looks like after reset(0): the target's start pose and mass, the
         camera and light settings, a keyframe's mean colour, the feasibility verdict on seed 0
+    <libero python> tests/integration/libero_episodes.py frames SCENARIO_JSON SCENARIO_JSON
+        two envs of one process render in turn: which holds renderers after each, and whether
+        the first env's frames are the same after its renderers were freed and made again
 """
 
 import json
@@ -67,6 +70,20 @@ def probe(*paths: str) -> None:
     print(json.dumps(out))
 
 
+def frames(first_path: str, second_path: str) -> None:
+    first, second = (LiberoEnv(LiberoScenario.from_dict(json.loads(Path(p).read_text())), keyframes=True)
+                     for p in (first_path, second_path))
+    first.reset(0)
+    second.reset(0)
+    before = [first.render_keyframe(64), *first.camera_images(96)]
+    held_after_first = [bool(first._renderers), bool(second._renderers)]
+    second.camera_images(96)
+    held_after_second = [bool(first._renderers), bool(second._renderers)]
+    after = [first.render_keyframe(64), *first.camera_images(96)]
+    print(json.dumps({"held_after_first": held_after_first, "held_after_second": held_after_second,
+                      "same_frames": all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))}))
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"record": record, "probe": probe}[command](*args)
+    {"record": record, "probe": probe, "frames": frames}[command](*args)
