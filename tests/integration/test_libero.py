@@ -319,6 +319,57 @@ def test_worker_serves_libero_requests_survives_a_kill_and_the_detector_reads_it
             assert kinds, f"a failed episode without a failure moment: {episode_id}"
 
 
+def _pool_processes(worker_pid: int) -> list[int]:
+    """The worker's spawned pool processes (not multiprocessing's resource tracker)."""
+    children = Path(f"/proc/{worker_pid}/task/{worker_pid}/children").read_text().split()
+    return [int(c) for c in children
+            if "resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes().decode(errors="replace")]
+
+
+@pytest.mark.slow  # a LIBERO worker's start and four short oracle episodes: ~1.5 min on 2 cores
+def test_a_pool_process_killed_mid_request_is_replaced_and_the_request_finishes(libero_venv, catalog, tansu,
+                                                                                  store, tmp_path):
+    """A pool process killed for memory (kill -9, as the kernel's OOM killer does) breaks the pool:
+    the worker itself stays up, gets new processes, and every seed of the request ends once."""
+    prefix = fresh_prefix(tansu)
+    settings = load_settings(environ={}, memory_dir=tmp_path / "mem", bootstrap_servers=tansu, topic_prefix=prefix)
+    spec = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[SOUP], horizon=120)
+    request = rollout_request(spec.to_dict(), "oracle", list(range(4)), run_id="pool-kill")
+    publisher = Publisher(make_producer(tansu), prefix)
+    publisher.publish(request)
+    publisher.flush()
+    episodes_topic = f"{prefix}rollout.episodes"
+    pid = start_libero_worker(settings, tansu, processes=2)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(e["envelope"]["event_type"] == "EpisodeStarted"
+                      for e in consume(tansu, [episodes_topic], idle_s=0.5, timeout_s=5)):
+            assert time.monotonic() < deadline, "no episode started"
+        pool = _pool_processes(pid)
+        assert len(pool) == 2, pool
+        os.kill(pool[0], signal.SIGKILL)
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            assert Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z", "the worker itself must not exit"
+            events = consume(tansu, [episodes_topic], idle_s=1.0)
+            started = {e["episode_id"]: e for e in events if e["envelope"]["event_type"] == "EpisodeStarted"}
+            if len(_ended(events, request["request_id"], started)) == 4:
+                break
+            time.sleep(2)
+        assert pool[0] not in _pool_processes(pid)
+    finally:
+        _stop_worker(pid)
+
+    events = consume(tansu, [episodes_topic, f"{prefix}deadletter"])
+    assert not [e for e in events if e["envelope"]["event_type"] == "DeadLetter"]
+    started = {e["episode_id"]: e for e in events if e["envelope"]["event_type"] == "EpisodeStarted"}
+    ended = _ended(events, request["request_id"], started)
+    assert sorted(started[i]["seed"] for i in ended) == [0, 1, 2, 3]
+    drain(store, tansu, prefix, idle_exit_s=4)
+    assert store.query("SELECT count() FROM {database}.rollout_episodes FINAL WHERE envelope.event_type = "
+                       "'EpisodeEnded'")[0][0] == 4
+
+
 @pytest.mark.slow  # a LIBERO worker's start (~20 s) for one short episode
 def test_the_libero_worker_records_the_requested_cameras_at_every_step(libero_venv, catalog, tansu, tmp_path):
     """Demonstrations with pixels on LIBERO: the worker renders the requested cameras before every
