@@ -15,9 +15,10 @@ treat both alike.
 
 Control: LIBERO's own ControlEnv (robosuite 1.4 Panda, OSC_POSE deltas: action[0:3] x 0.05 m,
 action[3:6] x 0.5 rad, action[6] gripper -1 open / +1 close, 20 Hz), built with no renderer and no
-camera observations (cameras cost 10x a step); keyframes and VLA images come from our own
-mujoco.Renderer, only when asked for. Resets are soft (hard_reset=False: the compiled model stays,
-so the scenario's model edits and the renderer stay valid).
+camera observations (cameras cost 10x a step); keyframes and VLA images come from our own GL
+context (frames.py: one per env, for every size), only when asked for, and only the env being
+rolled out keeps one (``_hold_gl``). Resets are soft (hard_reset=False: the compiled model stays,
+so the scenario's model edits and the GL context stay valid).
 
 An episode: ``reset(seed)`` seeds numpy's global generator (LIBERO's samplers draw from it),
 resets, sets the stored init state ``spec.init_state_for(seed)``, applies the layout
@@ -56,6 +57,7 @@ from producers import robosuite_arithmetic  # noqa: E402
 from producers.fixed_order import dot, norm  # noqa: E402
 from producers.libero.bddl import distractor_bddl  # noqa: E402
 from producers.libero.exceptions import LiberoEnvError, LiberoSetupMissing  # noqa: E402
+from producers.libero.frames import Frames  # noqa: E402
 from producers.libero.model_edits import ModelEdits  # noqa: E402
 from producers.libero.model_index import ModelIndex  # noqa: E402
 from producers.libero.tasks import TaskCatalog, TaskInfo  # noqa: E402
@@ -151,7 +153,7 @@ class LiberoEnv(ModelIndex, ModelEdits):
             raise LiberoEnvError(f"cannot build LIBERO task {spec.task} for scenario {spec.scenario_id}: "
                                  f"{exc!r}") from exc
         self.raw = self._wrapper.env
-        self._renderers: dict[int, mujoco.Renderer] = {}
+        self._frames: Frames | None = None
         self._scene_option: mujoco.MjvOption | None = None
         self._index_model()
         self._save_model_defaults()
@@ -364,11 +366,10 @@ class LiberoEnv(ModelIndex, ModelEdits):
         if camera not in self.camera_names:
             raise LiberoEnvError(f"scenario {self.spec.scenario_id} has no camera {camera!r}; its cameras: "
                                  f"{', '.join(self.camera_names)}")
-        renderer = self._renderers.get(size)
-        if renderer is None:
+        if self._frames is None:
             _hold_gl(self)
             try:
-                renderer = self._renderers[size] = mujoco.Renderer(self.model, size, size)
+                self._frames = Frames(self.model)
                 _register_cleanup()
             except Exception as exc:
                 raise LiberoEnvError(f"cannot create an offscreen renderer (MUJOCO_GL="
@@ -376,8 +377,8 @@ class LiberoEnv(ModelIndex, ModelEdits):
         if self._scene_option is None:
             self._scene_option = mujoco.MjvOption()
             self._scene_option.geomgroup[0] = 0  # collision geoms hidden, as robosuite renders them
-        renderer.update_scene(self.data, camera=camera, scene_option=self._scene_option)
-        return renderer.render().copy()
+        camera_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+        return self._frames.render(self.data, camera_id, size, self._scene_option)
 
     @property
     def camera_names(self) -> tuple[str, ...]:
@@ -396,16 +397,16 @@ class LiberoEnv(ModelIndex, ModelEdits):
         """(agent view, wrist view), upright uint8 frames: what a pixel policy sees."""
         return self._render(size, KEYFRAME_CAMERA), self._render(size, WRIST_CAMERA)
 
-    def close_renderers(self) -> None:
-        for r in self._renderers.values():
+    def close_frames(self) -> None:
+        if self._frames is not None:
             try:
-                r.close()
+                self._frames.close()
             except Exception:  # EGL teardown errors at close carry no information for us
                 pass
-        self._renderers.clear()
+            self._frames = None
 
     def close(self) -> None:
-        self.close_renderers()
+        self.close_frames()
         try:
             self._wrapper.env.close()
         except Exception:
@@ -442,22 +443,22 @@ def _register_cleanup() -> None:
 
 def _close_all() -> None:  # before EGL's own atexit teardown (registered when mujoco made a context)
     for env in list(_LIVE):
-        env.close_renderers()
+        env.close_frames()
 
 
 def _hold_gl(env: LiberoEnv) -> None:
-    """Frees the renderers of every other env of this process before ``env`` makes one.
+    """Frees the GL context of every other env of this process before ``env`` makes one.
 
-    A renderer's GL context holds the scene's textures in host memory (headless EGL renders on the
-    CPU): about 500 MB per context for a LIBERO scene, measured. With two frame sizes (keyframes,
-    a pixel policy's images) and three cached envs, a pool process reached 4.8 GB, and 5.4 GB was
-    killed for memory. Only the env being rolled out renders, so one env's contexts are enough;
-    making a context again takes about a second, against tens of seconds per pixel-policy episode.
+    A GL context holds the scene's textures in host memory (headless EGL renders on the CPU):
+    about 500 MB for a LIBERO scene, measured. With three cached envs, each with a context per
+    frame size (keyframes, a pixel policy's images), a pool process reached 4.8 GB, and one at
+    5.4 GB was killed for memory. Only the env being rolled out renders, so one context is enough;
+    making it again takes about a second, against tens of seconds per pixel-policy episode.
     """
     freed = False
     for other in list(_LIVE):
-        if other is not env and other._renderers:
-            other.close_renderers()
+        if other is not env and other._frames is not None:
+            other.close_frames()
             freed = True
     if freed:
         _return_freed_memory()

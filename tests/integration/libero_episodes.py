@@ -8,8 +8,9 @@
         what each scenario's env looks like after reset(0): the target's start pose and mass, the
         camera and light settings, a keyframe's mean colour, the feasibility verdict on seed 0
     <libero python> tests/integration/libero_episodes.py frames SCENARIO_JSON SCENARIO_JSON
-        two envs of one process render in turn: which holds renderers after each, and whether
-        the first env's frames are the same after its renderers were freed and made again
+        two envs of one process render in turn: which holds a GL context after each, and whether
+        the first env's frames are the same after its context was freed and made again, and the
+        same as mujoco.Renderer's
 """
 
 import json
@@ -71,17 +72,24 @@ def probe(*paths: str) -> None:
 
 
 def frames(first_path: str, second_path: str) -> None:
+    import mujoco  # here, after producers.libero.env has set MUJOCO_GL
+
     first, second = (LiberoEnv(LiberoScenario.from_dict(json.loads(Path(p).read_text())), keyframes=True)
                      for p in (first_path, second_path))
     first.reset(0)
     second.reset(0)
     before = [first.render_keyframe(64), *first.camera_images(96)]
-    held_after_first = [bool(first._renderers), bool(second._renderers)]
+    held_after_first = [first._frames is not None, second._frames is not None]
     second.camera_images(96)
-    held_after_second = [bool(first._renderers), bool(second._renderers)]
+    held_after_second = [first._frames is not None, second._frames is not None]
     after = [first.render_keyframe(64), *first.camera_images(96)]
+    # mujoco's own Renderer (a context per size) draws the very same pixels as our one context
+    with mujoco.Renderer(first.model, 64, 64) as renderer:
+        renderer.update_scene(first.data, camera="agentview", scene_option=first._scene_option)
+        theirs = renderer.render()
     print(json.dumps({"held_after_first": held_after_first, "held_after_second": held_after_second,
-                      "same_frames": all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))}))
+                      "same_frames": all(np.array_equal(a, b) for a, b in zip(before, after, strict=True)),
+                      "same_as_mujoco_renderer": bool(np.array_equal(theirs, after[0]))}))
 
 
 if __name__ == "__main__":

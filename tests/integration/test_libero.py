@@ -167,15 +167,17 @@ def test_perturbations_are_applied_and_the_feasibility_check_tells_a_broken_scen
 
 @pytest.mark.slow  # two LIBERO envs and their GL contexts: ~30 s on 2 cores
 def test_one_env_per_process_holds_gl_contexts_and_frames_survive_remaking_them(libero_venv, catalog, tmp_path):
-    """A GL context holds a LIBERO scene's textures (~500 MB each): a pool process keeps only the
-    rendering env's; the env it freed renders the very same frames once it renders again."""
+    """A GL context holds a LIBERO scene's textures (~500 MB each): an env renders every frame size
+    through one, a pool process keeps only the rendering env's, and the env it freed renders the
+    very same frames (and mujoco.Renderer's) once it renders again."""
     base = catalog.base_scenario("libero_object", catalog.tasks("libero_object")[SOUP], horizon=40)
     paths = []
     for name, spec in {"first": base, "second": camera(base, dx_m=0.05)}.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(spec.to_dict()))
         paths.append(str(tmp_path / f"{name}.json"))
     got = in_libero(libero_venv, ["frames", *paths], tmp_path)
-    assert got == {"held_after_first": [True, False], "held_after_second": [False, True], "same_frames": True}
+    assert got == {"held_after_first": [True, False], "held_after_second": [False, True], "same_frames": True,
+                   "same_as_mujoco_renderer": True}
 
 
 def test_same_scenario_model_and_seed_give_the_same_events_in_any_process(libero_venv, catalog, tansu, tmp_path):
