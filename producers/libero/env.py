@@ -377,6 +377,9 @@ class LiberoEnv(ModelIndex, ModelEdits):
         if self._scene_option is None:
             self._scene_option = mujoco.MjvOption()
             self._scene_option.geomgroup[0] = 0  # collision geoms hidden, as robosuite renders them
+        if size > self._frames.max_size:
+            raise LiberoEnvError(f"scenario {self.spec.scenario_id}: frame size {size} exceeds its offscreen "
+                                 f"buffer ({self._frames.max_size} px)")
         camera_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
         return self._frames.render(self.data, camera_id, size, self._scene_option)
 
