@@ -53,8 +53,16 @@ def balanced_episodes(tasks: list[list[str]], n: int) -> list[int]:
 
 def load_samples(root: Path, cameras: tuple[str, ...], episodes: int | None, chunk: int) -> dict:
     """Every frame of ``episodes`` episodes (balanced_episodes), decoded once: uint8 images per camera, the
-    previous frame's state, the action chunk and its padding mask, the task text."""
+    previous frame's state, the action chunk and its padding mask, the task text.
+
+    What ``LeRobotDataset(delta_timestamps={"observation.state": [-1 / fps], "action": [i / fps ...]})``
+    gives item by item (indices clamped to the episode, ``action_is_pad`` past its end), read a whole
+    episode at a time: its columns from the dataset's table, its frames through LeRobot's
+    ``decode_video_frames`` in one pass per camera. Item by item, LeRobot opens and seeks the video
+    again for every frame (about 90 frames a second here); tests/integration/test_learned_policy.py
+    checks the two give the same tensors."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+    from lerobot.datasets.video_utils import decode_video_frames
 
     if not (root / "meta" / "info.json").is_file():  # else LeRobot would look for it on the hub
         raise ValueError(f"{root} is not a LeRobot dataset (no meta/info.json)")
@@ -63,24 +71,33 @@ def load_samples(root: Path, cameras: tuple[str, ...], episodes: int | None, chu
     if missing:
         raise ValueError(f"{root} has no camera {missing}; its cameras: "
                          f"{[k.removeprefix('observation.images.') for k in meta.camera_keys]}")
-    chosen = balanced_episodes(meta.episodes["tasks"], episodes) if episodes else None
-    fps = meta.fps
-    ds = LeRobotDataset("sepa/export", root=root, episodes=chosen, video_backend="pyav",
-                        delta_timestamps={"observation.state": [-1 / fps], "action": [i / fps for i in range(chunk)]})
+    chosen = balanced_episodes(meta.episodes["tasks"], episodes) if episodes else list(range(meta.total_episodes))
+    ds = LeRobotDataset("sepa/export", root=root, episodes=chosen, video_backend="pyav")
+    rows = ds.hf_dataset[:]
+    by_episode: dict[int, list[int]] = {}
+    for row, ep in enumerate(rows["episode_index"]):
+        by_episode.setdefault(int(ep), []).append(row)
     images: dict[str, list] = {c: [] for c in cameras}
     states, actions, pads, tasks = [], [], [], []
-    for i in range(len(ds)):
-        item = ds[i]
+    for ep, ep_rows in by_episode.items():
+        n = len(ep_rows)
+        state = torch.stack([rows["observation.state"][r] for r in ep_rows])
+        action = torch.stack([rows["action"][r] for r in ep_rows])
+        ahead = torch.arange(n)[:, None] + torch.arange(chunk)[None, :]
+        states.append(state[(torch.arange(n) - 1).clamp(min=0)])
+        actions.append(action[ahead.clamp(max=n - 1)])
+        pads.append(ahead >= n)
+        tasks += [meta.tasks.iloc[int(rows["task_index"][r])].name for r in ep_rows]
+        timestamps = [float(rows["timestamp"][r]) for r in ep_rows]
         for c in cameras:
-            images[c].append((item[f"observation.images.{c}"] * 255).round().to(torch.uint8))
-        states.append(item["observation.state"][0])
-        actions.append(item["action"])
-        pads.append(item["action_is_pad"])
-        tasks.append(item["task"])
-    return {"images": {c: torch.stack(v) for c, v in images.items()}, "state": torch.stack(states),
-            "action": torch.stack(actions), "pad": torch.stack(pads), "task": tasks,
-            "episodes": len(chosen) if chosen is not None else meta.total_episodes, "stats": meta.stats,
-            "image_size": int(images[cameras[0]][0].shape[-1])}
+            key = f"observation.images.{c}"
+            start = meta.episodes[ep][f"videos/{key}/from_timestamp"]
+            images[c].append(decode_video_frames(root / meta.get_video_file_path(ep, key),
+                                                 [start + t for t in timestamps], ds.tolerance_s, "pyav",
+                                                 return_uint8=True))
+    return {"images": {c: torch.cat(v) for c, v in images.items()}, "state": torch.cat(states),
+            "action": torch.cat(actions), "pad": torch.cat(pads), "task": tasks,
+            "episodes": len(chosen), "stats": meta.stats, "image_size": int(images[cameras[0]][0].shape[-1])}
 
 
 def train(root: Path, output: Path, cameras: tuple[str, ...], episodes: int | None, steps: int, batch: int,

@@ -40,6 +40,29 @@ LAYOUT = {"observation/images/agentview": ("agentview_image",),
           "observation/state": ("joint_pos", "eef_pos", "eef_quat", "gripper_opening")}
 
 
+# producers.learned.train.load_samples against what LeRobotDataset gives item by item with the
+# training's delta_timestamps (the previous frame's state, a chunk of 4 actions)
+SAME_AS_LEROBOT_ITEMS = """
+import json, sys, torch
+from pathlib import Path
+from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+from producers.learned.train import load_samples
+root, cameras = Path(sys.argv[1]), ("agentview", "robot0_eye_in_hand")
+ours = load_samples(root, cameras, None, 4)
+fps = LeRobotDatasetMetadata("sepa/export", root=root).fps
+ds = LeRobotDataset("sepa/export", root=root, video_backend="pyav",
+                    delta_timestamps={"observation.state": [-1 / fps], "action": [i / fps for i in range(4)]})
+items = [ds[i] for i in range(len(ds))]
+equal = (all(torch.equal(ours["images"][c][i], (item[f"observation.images.{c}"] * 255).round().to(torch.uint8))
+             for c in cameras for i, item in enumerate(items))
+         and torch.equal(ours["state"], torch.stack([item["observation.state"][0] for item in items]))
+         and torch.equal(ours["action"], torch.stack([item["action"] for item in items]))
+         and torch.equal(ours["pad"], torch.stack([item["action_is_pad"] for item in items]))
+         and ours["task"] == [item["task"] for item in items])
+print(json.dumps({"frames": len(items), "equal": equal}))
+"""
+
+
 def test_a_pixel_policy_trains_on_our_export_and_is_served_like_a_vla(lerobot_venv, store, tmp_path):
     spec = ScenarioSpec(env_name="Lift", horizon=80, instruction="lift the cube")
     env = make_env(spec, keyframes=True)
@@ -56,6 +79,11 @@ def test_a_pixel_policy_trains_on_our_export_and_is_served_like_a_vla(lerobot_ve
     assert summary.episodes == 2
 
     venv_env = lerobot_venv.environ(ROOT)
+    # training reads an episode at a time; LeRobotDataset item by item must give the same tensors
+    same = subprocess.run([str(lerobot_venv.python), "-c", SAME_AS_LEROBOT_ITEMS, str(demos)], env=venv_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert json.loads(same.stdout.splitlines()[-1]) == {"frames": summary.frames, "equal": True}, same.stdout[-2000:]
     train = subprocess.run([str(lerobot_venv.python), "-m", "producers.learned.train", "--dataset", str(demos),
                             "--output", str(policy_dir), "--steps", "5", "--batch", "4", "--chunk", "4"],
                            env=venv_env, cwd=ROOT, capture_output=True, text=True, timeout=600)
