@@ -42,15 +42,16 @@ Retired yields the next benchmark version. After promotions, active scenarios th
 registered model passes (``retire_min_success`` over at least ``retire_min_episodes``) are
 retired, as long as a scenario that still discriminates stays active.
 
-Event times come from the evidence a decision rests on (the latest verdict, or the candidate plus
-the timeout), so deciding the same log again yields byte-identical events.
+Event times come from the evidence a decision rests on: a cycle's decisions are all dated when
+the last of its candidates became ready (its latest verdict or review, or its proposal plus the
+timeout), so deciding the same log again yields byte-identical events.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from schemas.events import make_event
@@ -186,7 +187,12 @@ class PromotionGate:
         version = state.version
         promoted: dict[str, dict[str, datetime]] = {}  # cycle -> scenario -> its Promoted's time, this call
         for batch in self._ready_batches(state, now):
+            # A cycle is decided once its last candidate is ready, so every decision in it is dated
+            # then: versions numbered in scenario-id order (not in the order critics finished) then
+            # also read in time order, and a cycle's promotions share one time.
+            decided_at = max(o.at for _, o in batch)
             for candidate, outcome in batch:
+                outcome = replace(outcome, at=decided_at)
                 if outcome.kind == "Promoted":
                     version += 1
                     promoted.setdefault(_cycle_of(candidate), {})[candidate.scenario_id] = outcome.at

@@ -63,8 +63,12 @@ def test_a_cycle_waits_for_all_its_candidates_then_versions_them_in_id_order():
     gate = PromotionGate(GateConfig())
     cands = [candidate("scn-b"), candidate("scn-a")]
     assert gate.decide(state(cands, {"scn-b": good("scn-b")}), T0) == []  # scn-a still validating
-    events = gate.decide(state(cands, {"scn-b": good("scn-b"), "scn-a": good("scn-a")}), T0)
+    late = {"robustness": verdict("robustness", minutes=30), "safety": verdict("safety", minutes=30)}
+    events = gate.decide(state(cands, {"scn-b": good("scn-b"), "scn-a": late}), T0)
     assert [(e["scenario_id"], e["benchmark_version"]) for e in events] == [("scn-a", 2), ("scn-b", 3)]
+    # decided when the last of them was ready: scn-b's verdict came 25 minutes earlier, yet v3 is
+    # not dated before v2
+    assert {e["envelope"]["event_time"] for e in events} == {T0 + timedelta(minutes=30)}
 
 
 def test_a_missing_verdict_defers_after_the_timeout_and_never_promotes():
