@@ -29,6 +29,7 @@ def test_feasible_scenes_pass_with_measures(spec, env_factory):
     assert m["seeds_checked"] == 2
     assert m["max_rest_speed_m_s"] < 0.01 and m["max_rest_gap_m"] < 0.003 and m["max_spawn_penetration_m"] < 0.003
     assert m["max_reach_miss_m"] < 0.02
+    assert m["oracle_solved"] >= 1  # of the two seeds, all but one
     assert json.loads(result.to_json())["feasible"] is True
     if spec.distractors:
         assert m["min_target_distractor_gap_m"] > 0
@@ -49,10 +50,14 @@ def test_feasible_scenes_pass_with_measures(spec, env_factory):
                               Distractor(kind="ball", size=0.02, x=0.17, y=0.1))),
      "distractor0 and distractor1 overlap"),
     (LIFT.mutate(place_target_xy=(0.3, 0.3)), "beyond the reach radius"),
+    # a sound scene beyond the oracle: a heavy, slippery cube slides out of its grip (a cycle's
+    # material candidates were such, and the critic spent validation rollouts to reject them)
+    (LIFT.mutate(object_friction=0.02, object_mass=6.0),
+     "the oracle does not solve it: 0 of 2 episodes succeeded, 1 needed"),
     (LIFT.mutate(place_target_xy=(0.15, 0.15), distractors=(Distractor(kind="cylinder", size=0.03, x=0.16, y=0.15),)),
      "place target (0.15, 0.15) is covered by distractor0"),
 ], ids=["distractor-on-cube", "offset-into-distractor", "sunk", "dropped", "out-of-reach", "distractors-overlap",
-        "place-out-of-reach", "place-covered"])
+        "place-out-of-reach", "beyond-the-oracle", "place-covered"])
 def test_infeasible_scenes_fail_with_the_reason(spec, reason):
     result = check_feasibility(spec, TWO_SEEDS)
     assert not result.feasible
@@ -100,3 +105,7 @@ def test_config_validation_quotes_the_value():
         FeasibilityConfig(seeds=(-1,))
     with pytest.raises(ValueError, match="max_reach_miss_m"):
         FeasibilityConfig(max_reach_miss_m=0)
+    with pytest.raises(ValueError, match="min_oracle_successes .* got 3"):
+        FeasibilityConfig(seeds=(0, 1), min_oracle_successes=3)
+    assert FeasibilityConfig().oracle_successes_needed == 2  # of three seeds
+    assert FeasibilityConfig(seeds=(4,)).oracle_successes_needed == 1
