@@ -68,8 +68,10 @@ def gate_state(store: EvidenceStore) -> GateState:
     deferred: dict[str, set[str]] = {}
     reviews: dict[str, Review] = {}
     promoted_at: dict[str, datetime] = {}
+    decided_at: dict[str, datetime] = {}
     for d in q.decisions(store):
         decided.setdefault(d.scenario_id, set()).add(d.event_type)
+        decided_at[d.scenario_id] = max(d.event_time, decided_at.get(d.scenario_id, d.event_time))
         if d.event_type == "Promoted":
             promoted_at[d.scenario_id] = d.event_time
         if d.event_type == "Deferred":
@@ -81,7 +83,8 @@ def gate_state(store: EvidenceStore) -> GateState:
                for s in q.scores(store, model_ids=registered or None, seeds=q.SELECTION) if s.scenario_id in active}
     state = GateState(version=benchmark.version if benchmark else 0, candidates=candidates, verdicts=verdicts,
                       decisions=decided, deferred_reasons=deferred, reviews=reviews, active=active,
-                      models=registered, success=success, promoted_at=promoted_at)
+                      models=registered, success=success, promoted_at=promoted_at,
+                      decided_at=decided_at)
     # Seed for seed, for the redundancy check: the scenarios a pending candidate may measure again
     # and the candidates themselves (their validation episodes), on the selection seeds.
     pending = [c.scenario_id for c in state.pending()]

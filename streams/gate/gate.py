@@ -160,6 +160,7 @@ class GateState:
     # (scenario, model) -> {(seed, variant): success} on selection seeds, for active scenarios and candidates
     outcomes: dict[tuple[str, str], dict[tuple[int, str], bool]] = field(default_factory=dict)
     promoted_at: dict[str, datetime] = field(default_factory=dict)  # scenario_id -> its Promoted's event time
+    decided_at: dict[str, datetime] = field(default_factory=dict)  # scenario_id -> its latest decision's event time
 
     def pending(self) -> list[Candidate]:
         """Candidates with no terminal decision yet."""
@@ -189,8 +190,13 @@ class PromotionGate:
         for batch in self._ready_batches(state, now):
             # A cycle is decided once its last candidate is ready, so every decision in it is dated
             # then: versions numbered in scenario-id order (not in the order critics finished) then
-            # also read in time order, and a cycle's promotions share one time.
-            decided_at = max(o.at for _, o in batch)
+            # also read in time order, and a cycle's promotions share one time. Decisions of the
+            # cycle already in the log count too: a gate cut off halfway through publishing a cycle
+            # dates the rest as it dated the first, never earlier.
+            key = _cycle_of(batch[0][0])
+            logged = [at for sid, at in state.decided_at.items()
+                      if sid in state.candidates and _cycle_of(state.candidates[sid]) == key]
+            decided_at = max([o.at for _, o in batch] + logged)
             for candidate, outcome in batch:
                 outcome = replace(outcome, at=decided_at)
                 if outcome.kind == "Promoted":

@@ -182,6 +182,21 @@ def test_a_retirement_is_the_same_whichever_of_its_cycles_decisions_the_log_alre
     assert gate.decide(s, T0) == []
 
 
+def test_a_cycle_cut_off_halfway_dates_the_rest_as_it_dated_the_first():
+    gate = PromotionGate(GateConfig())
+    late = {"robustness": verdict("robustness", minutes=30), "safety": verdict("safety", minutes=30)}
+    cands = [candidate("scn-a"), candidate("scn-b", factor="mass")]
+    verdicts = {"scn-a": late, "scn-b": good("scn-b")}  # the first published was the last ready
+    full = gate.decide(state(cands, verdicts), T0)
+    assert kinds(full) == [("Promoted", "scn-a"), ("Promoted", "scn-b")]
+    s = state(cands, verdicts, version=2, decisions={"scn-a": {"Promoted"}},
+              active={"scn-base": ActiveScenario("scn-base", {}, "base", ""),
+                      "scn-a": ActiveScenario("scn-a", {}, "friction", "scn-base")})
+    s.promoted_at = s.decided_at = {"scn-a": full[0]["envelope"]["event_time"]}
+    # scn-b's own verdicts are 25 minutes older than scn-a's: v3 must still not predate v2
+    assert gate.decide(s, T0) == full[1:]
+
+
 def _outcomes(scenario: str, failures: dict[str, set[int]], seeds: int = 10) -> dict:
     """(scenario, model) -> {(seed, variant): success}: each model fails on the seeds given."""
     return {(scenario, m): {(s, ""): s not in failures.get(m, set()) for s in range(seeds)} for m in MODELS}
