@@ -4,9 +4,10 @@ again, and does failure-guided generation beat the baselines on the same budget?
 Each arm runs the whole product on the embedded default in a fresh memory dir: `up` (broker,
 pipeline, streams worker with detector, clusterer, mutator and gate, rollout worker, critics),
 the models of producers/sim/configs/models.yaml (four ranked scripted models and the oracle), the
-base benchmark (Lift), then up to ``--cycles`` cycles of the loop (infra.orchestrator.evolve), a
-cycle starting only while the arm's spend plus its cycles' mean cost stays within ``--budget``
-rollouts (infra.orchestrator.EvolveConfig.rollout_budget). The failure-guided arm
+base benchmark (Lift), then up to ``--cycles`` cycles of the loop (infra.orchestrator.evolve)
+within ``--budget`` rollouts: a cycle proposes only as many candidates as the cost of a candidate so
+far says fit in what is left once its sweeps are paid for, and none starts when not one would
+(infra.orchestrator.cycle_size). The failure-guided arm
 seeds the mutator from the failure clusters. Two baselines get the rollouts the guided arm spent as
 their budget (up to ``--blind-cycles`` cycles each) and the same validation: the blind arm draws
 the same operators with random parameters and no seed; the coverage arm walks a fixed grid of

@@ -66,12 +66,18 @@ def request_sweeps(publisher: Publisher, store: EvidenceStore, scenarios: list[d
     asks). A request whose episodes have all ended is not published again. Returns every request
     (published or not), scenarios first."""
     requests = [sweep_request(scenario, m.model_id, m.version, seeds) for scenario in scenarios for m in models]
-    done = q.ended_per_request(store, [r["request_id"] for r in requests])
+    left = episodes_left(store, requests)
     for request in requests:
-        if done.get(request["request_id"], 0) < len(request["seeds"]):
+        if left[request["request_id"]]:
             publisher.publish(request)
     publisher.flush()
     return requests
+
+
+def episodes_left(store: EvidenceStore, requests: list[dict]) -> dict[str, int]:
+    """request_id -> how many of its episodes have not ended yet (what running it would cost)."""
+    done = q.ended_per_request(store, [r["request_id"] for r in requests])
+    return {r["request_id"]: max(0, len(r["seeds"]) - done.get(r["request_id"], 0)) for r in requests}
 
 
 # --- the evolving loop ------------------------------------------------------------------------
@@ -112,7 +118,8 @@ class EvolveConfig:
     base: tuple[dict, ...] = ()  # ScenarioSpec records of the base benchmark (promoted when nothing is)
     stage_timeout_s: float = STAGE_TIMEOUT_S  # each wait of a cycle gives up after this long
     fragile: bool = True  # the clusterer takes in fragile successes (Settings.cluster_fragile_successes)
-    # no new cycle starts once the log's episodes plus a cycle's mean cost so far would pass this
+    # a cap on the log's episodes: a cycle proposes only as many candidates as the cycles so far say
+    # fit in what is left (cycle_size), and none starts when not one would
     rollout_budget: int | None = None
     # no new cycle starts once every adjacent pair of ranked models is separated on held-out seeds
     stop_when_separated: bool = True
@@ -143,6 +150,7 @@ class CycleReport:
     in_sample: tuple = ()  # the same on the selection seeds: biased (they chose the scenarios), for contrast
     pairs: tuple = ()  # AdjacentPair per neighbours in the held-out order: which the benchmark separates
     focus: tuple[str, ...] = ()  # ranked models tied at the top on the cycle's sweep: seeded from first
+    opening: int = 0  # of ``rollouts``, the episodes its opening sweeps ran (the rest: its candidates')
 
 
 def base_candidate(scenario: dict, run_id: str) -> dict:
@@ -160,19 +168,46 @@ def evolve(store: EvidenceStore, publisher: Publisher, models: list[ModelConfig]
     _ensure_base(store, publisher, config, on_event, check)
     reports = []
     for k in range(1, config.cycles + 1):
-        # a budget is a cap: no cycle starts that the cycles so far say would cross it
-        spent = q.episodes_spent(store)
-        expected = sum(r.rollouts for r in reports) / len(reports) if reports else 0
-        if config.rollout_budget is not None and spent + expected > config.rollout_budget:
+        opening = sum(episodes_left(store, opening_sweeps(store, models, config)).values())
+        size = cycle_size(config, reports, spent=q.episodes_spent(store), opening=opening)
+        if size < 1:
             on_event("budget", config.rollout_budget)
             break
-        reports.append(_cycle(store, publisher, models, config, k, on_event, check))
+        reports.append(_cycle(store, publisher, models, config, k, on_event, check, size, opening))
         on_event("report", reports[-1])
         pairs = reports[-1].pairs
         if config.stop_when_separated and pairs and all(p.separated for p in pairs):
             on_event("separated", pairs)
             break
     return reports
+
+
+def opening_sweeps(store: EvidenceStore, models: list[ModelConfig], config: EvolveConfig) -> list[dict]:
+    """The sweeps a cycle opens with: every model over the active benchmark on the selection seeds
+    (they choose) and on the held-out seeds (they measure the version as it stands)."""
+    scenarios = [dict(a.spec) for a in q.active_benchmark(store).scenarios]
+    return [sweep_request(scenario, m.model_id, m.version, seeds) for seeds in
+            (selection_seeds(config.sweep_seeds), held_out_seeds(config.measure_seeds))
+            for scenario in scenarios for m in models]
+
+
+def cycle_size(config: EvolveConfig, reports: list[CycleReport], *, spent: int, opening: int) -> int:
+    """How many candidates the next cycle may propose under the rollout budget, the log having
+    ``spent`` episodes and the cycle's opening sweeps needing ``opening`` more: what is left once
+    those are paid for, over what a candidate cost in the cycles so far (its
+    validation, and the measurement of a promotion, on average). The last cycle of a budget is
+    thus a smaller one rather than none: a loop stopped with a third of its budget unspent
+    measured less than it could. Without a budget, or before any cycle has run, the whole
+    ``max_candidates`` (a first cycle starts whenever the log is within the budget)."""
+    if config.rollout_budget is None:
+        return config.max_candidates
+    if spent >= config.rollout_budget:
+        return 0
+    costs = [(r.rollouts - r.opening) / len(r.proposed) for r in reports if r.proposed]
+    if not costs:
+        return config.max_candidates
+    left = config.rollout_budget - spent - opening
+    return max(0, min(config.max_candidates, int(left // (sum(costs) / len(costs)))))
 
 
 def _ensure_base(store, publisher, config: EvolveConfig, on_event, check) -> None:
@@ -190,7 +225,9 @@ def _ensure_base(store, publisher, config: EvolveConfig, on_event, check) -> Non
                        f"{sorted(wanted - set(q.active_scenarios(store)))}")
 
 
-def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k: int, on_event, check) -> CycleReport:
+def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k: int, on_event, check,
+           size: int, opening: int) -> CycleReport:
+    """Cycle k, proposing at most ``size`` candidates; ``opening``: episodes its sweeps will run."""
     started = time.monotonic()
     spent_before = q.episodes_spent(store)
     benchmark = q.active_benchmark(store)
@@ -208,7 +245,7 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
 
     cycle_id = f"{config.run_id}-c{k}"
     focus = tied_top(store, version, models)
-    started_event = cycle_started(store, config, k, version, models, focus)
+    started_event = cycle_started(store, config, k, version, models, focus, size)
     if started_event is None:  # a rerun: the cycle as it was opened
         opened = next(c for c in q.cycles(store) if c.cycle_id == cycle_id)
         position, focus = opened.clusters_position, tuple(opened.focus_models)
@@ -262,7 +299,8 @@ def _cycle(store, publisher, models: list[ModelConfig], config: EvolveConfig, k:
         in_sample=tuple(q.pooled_scores(q.scores(store, version=after.version, seeds=q.SELECTION))),
         pairs=tuple(q.adjacent_pairs(store, after.version, model_ids=[m.model_id for m in models
                                                                        if m.kind != q.ORACLE_KIND])),
-        rollouts=q.episodes_spent(store) - spent_before, seconds=time.monotonic() - started, focus=tuple(focus))
+        rollouts=q.episodes_spent(store) - spent_before, seconds=time.monotonic() - started, focus=tuple(focus),
+        opening=opening)
     on_event("decided", report)
     return report
 
@@ -279,7 +317,7 @@ def tied_top(store: EvidenceStore, version: int, models: list[ModelConfig]) -> t
 
 
 def cycle_started(store: EvidenceStore, config: EvolveConfig, k: int, version: int,
-                  models: list[ModelConfig], focus: tuple[str, ...] = ()) -> dict | None:
+                  models: list[ModelConfig], focus: tuple[str, ...] = (), size: int | None = None) -> dict | None:
     """The CycleStarted of cycle k, or None when the log holds it already (a rerun after a crash):
     the cycle goes on from the position it started at, since the clusters log has grown since and a
     new position would be a different event under the same id."""
@@ -289,7 +327,7 @@ def cycle_started(store: EvidenceStore, config: EvolveConfig, k: int, version: i
     return make_event(
         "CycleStarted", (cycle_id,), ORCHESTRATOR, config.run_id, cycle_id=cycle_id, cycle=k,
         benchmark_version=version, clusters_position=q.cluster_log_length(store), generator=config.generator,
-        max_candidates=config.max_candidates, seed=int(stable_id("cycle", config.seed, k)[:12], 16),
+        max_candidates=size or config.max_candidates, seed=int(stable_id("cycle", config.seed, k)[:12], 16),
         models=[m.model_id for m in models], focus_models=list(focus))
 
 
