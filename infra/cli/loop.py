@@ -32,6 +32,9 @@ def run(ctx: typer.Context,
             None, min=1, help="held-out seeds per model x active scenario that the scores are read on (default: "
                               "as many as --sweep-seeds)"),
         max_candidates: int = typer.Option(4, min=1, help="candidates the mutator may propose per cycle"),
+        budget: int | None = typer.Option(None, min=1, help="rollouts the evidence log may hold in all: a cycle "
+                                                            "proposes only the candidates that fit, and none starts "
+                                                            "when not one does (default: no cap)"),
         generator: str = typer.Option("failure-guided", help="failure-guided, or a baseline arm: blind (random "
                                                              "draws) or coverage (a fixed grid of factors)"),
         env: str = typer.Option("Lift", help="the base benchmark's task(s), comma-separated"),
@@ -66,7 +69,8 @@ def run(ctx: typer.Context,
                                            sweep_seeds=sweep_seeds or settings.sweep_seeds,
                                            measure_seeds=measure_seeds or sweep_seeds or settings.sweep_seeds,
                                            max_candidates=max_candidates, generator=generator, seed=seed, base=base,
-                                           stage_timeout_s=timeout, fragile=settings.cluster_fragile_successes)
+                                           stage_timeout_s=timeout, fragile=settings.cluster_fragile_successes,
+                                           rollout_budget=budget)
         result = supervisor.up(settings, codec_of(ctx))
         if result.started:
             console.print(f"started {', '.join(result.started)}")
@@ -136,6 +140,9 @@ def _show(kind: str, value, status) -> None:
             console.print(lines[kind](value), soft_wrap=True, highlight=False)
     elif kind == "report":
         _print_cycle(value)
+    elif kind == "budget":
+        console.print(f"the budget of {value} rollouts has no room for another candidate: no further cycle",
+                      soft_wrap=True, highlight=False)
     elif kind == "separated":
         console.print("every adjacent pair of ranked models is separated on held-out seeds: no further cycle",
                       soft_wrap=True, highlight=False)

@@ -38,3 +38,14 @@ def test_run_refuses_an_unknown_generator_in_one_line_before_starting_anything(t
     assert lines == ["error: --generator must be one of failure-guided, blind, coverage, got 'nonsense'"], \
         result.stderr
     assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir()), "nothing was started"
+
+
+def test_run_refuses_a_budget_below_one_in_one_line_before_starting_anything(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "infra.cli", "--memory-dir", str(tmp_path / "m"), "run",
+                             "--budget", "0"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            env={"PATH": "/usr/bin:/bin", "COLUMNS": "40", "HOME": str(tmp_path)})
+    assert result.returncode == 2, result.stderr
+    # click's usage error: the usage, where to find help, then the error on one line at any width
+    said = result.stderr.strip().splitlines()[-1]
+    assert said == "Error: Invalid value for '--budget': Input should be greater than or equal to 1", result.stderr
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir()), "nothing was started"
