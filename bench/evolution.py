@@ -153,6 +153,11 @@ def run_arm(generator: str, args, work: Path, cycles: int, budget: int, after=No
                 print(f"  [{generator}] cycle {value.cycle}: {len(value.proposed)} proposed, {value.decided}, "
                       f"promoted {len(value.promoted)}, retired {len(value.retired)}, v{value.version_after}, "
                       f"{value.rollouts} rollouts, {value.seconds:.0f} s", flush=True)
+            elif kind == "budget":
+                print(f"  [{generator}] stopped: the budget of {value} rollouts has no room for another candidate",
+                      flush=True)
+            elif kind == "separated":
+                print(f"  [{generator}] stopped: every adjacent pair of ranked models is separated", flush=True)
 
         loop_started, since = time.monotonic(), datetime.now(UTC)
         reports = orchestrator.evolve(store, publisher, models, config, on_event=hear,
