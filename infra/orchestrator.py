@@ -131,6 +131,9 @@ class EvolveConfig:
         for name in ("cycles", "sweep_seeds", "measure_seeds", "max_candidates"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"EvolveConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if self.rollout_budget is not None and (not isinstance(self.rollout_budget, int) or self.rollout_budget < 1):
+            raise ValueError(f"EvolveConfig.rollout_budget must be None or an integer >= 1, "
+                             f"got {self.rollout_budget!r}")
 
 
 @dataclass(frozen=True)

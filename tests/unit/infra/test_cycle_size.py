@@ -36,3 +36,9 @@ def test_a_spent_budget_starts_nothing(spent):
 def test_a_cycle_that_proposed_nothing_says_nothing_about_a_candidates_cost():
     done = [report(300, 300, 0), report(700, 300, 4)]  # 100 a candidate, from the second only
     assert cycle_size(config(1500), done, spent=1000, opening=250) == 2
+
+
+@pytest.mark.parametrize("budget", [0, -5, 1.5])
+def test_a_budget_below_one_or_not_a_whole_number_is_named(budget):
+    with pytest.raises(ValueError, match="EvolveConfig.rollout_budget must be None or an integer >= 1"):
+        config(budget)
