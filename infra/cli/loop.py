@@ -32,9 +32,10 @@ def run(ctx: typer.Context,
             None, min=1, help="held-out seeds per model x active scenario that the scores are read on (default: "
                               "as many as --sweep-seeds)"),
         max_candidates: int = typer.Option(4, min=1, help="candidates the mutator may propose per cycle"),
-        budget: int | None = typer.Option(None, min=1, help="rollouts the evidence log may hold in all: a cycle "
-                                                            "proposes only the candidates that fit, and none starts "
-                                                            "when not one does (default: no cap)"),
+        budget: int | None = typer.Option(None, min=1, help="rollouts the evidence log may hold in all: after the "
+                                                            "first cycle (which runs whole: nothing to estimate by), "
+                                                            "a cycle proposes only the candidates that fit, and none "
+                                                            "starts when not one does (default: no cap)"),
         generator: str = typer.Option("failure-guided", help="failure-guided, or a baseline arm: blind (random "
                                                              "draws) or coverage (a fixed grid of factors)"),
         env: str = typer.Option("Lift", help="the base benchmark's task(s), comma-separated"),
