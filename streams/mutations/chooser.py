@@ -19,7 +19,9 @@ operator (``params["chosen_by"]`` says "failure:<type>" or "exploration"). Cover
 operator whose least tested factor n scenarios test already (the active ones, and the candidates
 this cycle drew before it) is kept with probability 1/(1+n), else the draw is an exploration one,
 which goes to a factor nothing tests yet while there is one; so one dominant failure mode (knocked
-objects on Lift) seeds its factor once or twice, not the whole benchmark. The parent is the
+objects on Lift) seeds its factor once or twice, not the whole benchmark. Either way an operator of
+several factors changes the one the benchmark tests least (Coverage.least): exploration drawn for
+"place" makes a place variant, not a hold, and a material draw after a mass scenario a friction one. The parent is the
 cluster's representative scenario, else its most frequent scenario in ``parents``.
 
 Blind: the same operators with their blind parameter ranges, no cluster, an operator drawn
@@ -58,6 +60,7 @@ from streams.mutations.operators import (
     MAX_ACTIVE_PER_FACTOR,
     OPERATOR_FACTORS,
     OPERATORS,
+    PERCEPTION_FACTORS,
     Candidate,
     FailureSeed,
     OperatorFamily,
@@ -130,7 +133,11 @@ def family_for(parent: ScenarioSpec | LiberoScenario, config: ChooserConfig) -> 
     cfg = family.config  # material's colour variant: a tint no pose reader sees
     cfg = replace(cfg, guided_material_weights=(*cfg.guided_material_weights[:2], 0.0),
                   blind_material_weights=(*cfg.blind_material_weights[:2], 0.0))
-    return replace(family, exploration_operators=felt or family.exploration_operators, config=cfg)
+    # nor does coverage count colour as material's: never tested, it would make material look new forever
+    reach = {op: fs if set(fs) <= PERCEPTION_FACTORS else tuple(f for f in fs if f not in PERCEPTION_FACTORS)
+             for op, fs in family.operator_factors.items()}
+    return replace(family, exploration_operators=felt or family.exploration_operators, config=cfg,
+                   operator_factors=reach)
 
 
 def operator_weights(seed: FailureSeed,
@@ -170,13 +177,24 @@ class Coverage:
         reach = family.operator_factors.get(op, ())
         return min((self.factors.get(f, 0) for f in reach), default=0)
 
+    def least(self, op: str, family: OperatorFamily) -> tuple[str, ...] | None:
+        """The factors ``op`` reaches that the benchmark tests least (none at the cap): what its
+        draw should change, so that an operator chosen for a factor nobody tests changes that
+        one. None when its factors are not known."""
+        reach = [f for f in family.operator_factors.get(op, ()) if self.factors.get(f, 0) < MAX_ACTIVE_PER_FACTOR]
+        if not reach:
+            return None
+        fewest = min(self.factors.get(f, 0) for f in reach)
+        return tuple(f for f in reach if self.factors.get(f, 0) == fewest)
+
     def plus(self, factor: str) -> Coverage:
         """This coverage with one more scenario on ``factor`` (a candidate drawn this cycle)."""
         return Coverage({**self.factors, factor: self.factors.get(factor, 0) + 1})
 
 
 def _choose(seed: FailureSeed, rng, config: ChooserConfig, family: OperatorFamily,
-            coverage: Coverage = Coverage()) -> tuple[str, str]:
+            coverage: Coverage = Coverage()) -> tuple[str, str, tuple[str, ...] | None]:
+    """(operator, why, the factors its draw may change: Coverage.least)."""
     weights = {op: w for op, w in operator_weights(seed, family.failure_operators).items()
                if not coverage.full(op, family)}
     explore = float(rng.random()) < config.exploration
@@ -193,10 +211,11 @@ def _choose(seed: FailureSeed, rng, config: ChooserConfig, family: OperatorFamil
         names = sorted(op for op in family.exploration_operators if not coverage.full(op, family))
         fresh = [op for op in names if coverage.new(op, family)]
         names = fresh or names or sorted(family.exploration_operators)
-        return names[int(rng.integers(len(names)))], "exploration"
+        op = names[int(rng.integers(len(names)))]
+        return op, "exploration", coverage.least(op, family)
     types = seed.root_types or seed.failure_types or {seed.dominant_failure_type: 1.0}
     cause = max((t for t in types if op in family.failure_operators.get(t, ())), key=lambda t: (types[t], t))
-    return op, f"failure:{cause}"
+    return op, f"failure:{cause}", coverage.least(op, family)
 
 
 def _parent_of(seed: FailureSeed,
@@ -301,20 +320,23 @@ def blind_candidates(parents: Sequence[ScenarioSpec], n: int, seed: int, config:
         names = sorted(op for op in family.operators if cfg.perceiving or op not in family.perception_operators)
 
         def choose(rng, names=names):
-            return names[int(rng.integers(len(names)))], "blind"
+            return names[int(rng.integers(len(names)))], "blind", None
         _draw(col, f"blind #{i}", cfg, lambda a, i=i: rng_for(seed, "blind", i, a), choose, parent, None, family)
     return Generated(col.out, col.skipped)
 
 
 def _draw(col: _Collector, key: str, cfg: ChooserConfig, rng_at: Callable[[int], Any],
-          choose: Callable[[Any], tuple[str, str]], parent: ScenarioSpec | LiberoScenario, seed: FailureSeed | None,
-          family: OperatorFamily) -> None:
+          choose: Callable[[Any], tuple[str, str, tuple[str, ...] | None]], parent: ScenarioSpec | LiberoScenario,
+          seed: FailureSeed | None, family: OperatorFamily) -> None:
     reasons = []
     for attempt in range(cfg.max_attempts):
         rng = rng_at(attempt)
-        op, why = choose(rng)
+        op, why, factors = choose(rng)
+        # only an operator of several factors takes ``factors``, and only when it narrows them
+        narrows = factors is not None and set(family.operator_factors.get(op, ())) - set(factors)
         try:
-            cand = family.operators[op](parent, seed, rng, family.config)
+            cand = family.operators[op](parent, seed, rng, family.config,
+                                        **({"factors": factors} if narrows else {}))
         except OperatorError as exc:
             reasons.append(str(exc))
             continue

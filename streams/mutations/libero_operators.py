@@ -37,7 +37,7 @@ robosuite ones: the feasibility pre-check (the oracle must still succeed) drops 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ from producers.libero import mutations as lm
 from schemas.exceptions import LiberoScenarioError
 from schemas.libero_scenario import LiberoScenario
 from streams.mutations.exceptions import OperatorError
-from streams.mutations.operators import Candidate, FailureSeed, OperatorFamily, _r, _s
+from streams.mutations.operators import Candidate, FailureSeed, OperatorFamily, _r, _s, _variant
 
 BENCHMARK = "libero"
 
@@ -168,9 +168,9 @@ def layout(parent: LiberoScenario, seed: FailureSeed | None, rng: np.random.Gene
 
 
 def material(parent: LiberoScenario, seed: FailureSeed | None, rng: np.random.Generator,
-             cfg: LiberoOperatorConfig) -> Candidate:
-    weights = np.asarray(cfg.guided_material_weights if seed is not None else cfg.blind_material_weights, dtype=float)
-    variant = ("friction", "mass", "colour")[int(rng.choice(3, p=weights / weights.sum()))]
+             cfg: LiberoOperatorConfig, *, factors: Collection[str] | None = None) -> Candidate:
+    variant = _variant("material", rng, ("friction", "mass", "colour"), factors,
+                       cfg.guided_material_weights if seed is not None else cfg.blind_material_weights)
     if variant == "friction":
         mu = _r(_log_uniform(rng, cfg.guided_friction if seed is not None else cfg.blind_friction))
         return _candidate(parent, seed, "material", "friction", {"variant": "friction", "friction": mu},

@@ -34,6 +34,10 @@ Operators (name -> factors it may change):
   holding, not speed, is what is tested) or, Lift only, lift then place at a target.
 - ``time_budget`` -> time_budget: a smaller horizon (for timeout clusters: make slow worse).
 
+An operator that may change more than one factor takes ``factors``, the ones this draw may change
+(the chooser's coverage rule: the factors the active benchmark tests least); without it, each
+variant is drawn with its weight.
+
 With a seed (failure-guided) each operator draws from its ``guided_*`` ranges of OperatorConfig,
 centred on the failure; without one (the blind arm) from its ``blind_*`` ranges, which span what a
 ScenarioSpec allows. The guided ranges come from the calibration in producers/sim/bench.py
@@ -45,7 +49,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,8 +293,24 @@ def _unit(v: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
 
 # -- the operators ------------------------------------------------------------------------------
 
-def pose(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator, cfg: OperatorConfig) -> Candidate:
-    variant = ("placement", "pose")[int(rng.integers(2))]
+def _variant(operator: str, rng: np.random.Generator, names: tuple[str, ...], factors: Collection[str] | None,
+             weights: Any = None) -> str:
+    """One of the operator's variants ``names``, among ``factors`` (all, when None), drawn by
+    ``weights`` (uniformly, when None; no draw when one is left). OperatorError when none may be."""
+    allowed = np.array([factors is None or n in factors for n in names], dtype=float)
+    w = allowed * (1.0 if weights is None else np.asarray(weights, dtype=float))
+    if not w.sum():
+        raise OperatorError(f"{operator} changes {', '.join(names)}; none of them may be drawn here "
+                            f"(asked for {', '.join(sorted(factors)) if factors is not None else 'any'})")
+    if weights is not None:
+        return names[int(rng.choice(len(names), p=w / w.sum()))]
+    left = [n for n, ok in zip(names, w, strict=True) if ok]
+    return left[int(rng.integers(len(left)))] if len(left) > 1 else left[0]
+
+
+def pose(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator, cfg: OperatorConfig, *,
+         factors: Collection[str] | None = None) -> Candidate:
+    variant = _variant("pose", rng, ("placement", "pose"), factors)
     centre0 = _placement_centre(parent)
     if seed is not None:
         env = parent.env_name
@@ -338,9 +358,9 @@ def pose(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generato
 
 
 def material(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator,
-             cfg: OperatorConfig) -> Candidate:
-    weights = np.asarray(cfg.guided_material_weights if seed is not None else cfg.blind_material_weights, dtype=float)
-    variant = ("friction", "mass", "colour")[int(rng.choice(3, p=weights / weights.sum()))]
+             cfg: OperatorConfig, *, factors: Collection[str] | None = None) -> Candidate:
+    variant = _variant("material", rng, ("friction", "mass", "colour"), factors,
+                       cfg.guided_material_weights if seed is not None else cfg.blind_material_weights)
     if variant == "friction":
         mu = _r(_log_uniform(rng, cfg.guided_friction if seed is not None else cfg.blind_friction))
         return _candidate(parent, seed, "material", "friction",
@@ -402,9 +422,9 @@ def paraphrase(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Ge
 
 
 def horizon_extension(parent: ScenarioSpec, seed: FailureSeed | None, rng: np.random.Generator,
-                      cfg: OperatorConfig) -> Candidate:
+                      cfg: OperatorConfig, *, factors: Collection[str] | None = None) -> Candidate:
     can_place = parent.env_name == "Lift" and parent.place_target_xy is None
-    variant = ("hold", "place")[int(rng.integers(2))] if can_place else "hold"
+    variant = _variant("horizon_extension", rng, ("hold", "place") if can_place else ("hold",), factors)
     if variant == "hold":
         lo, hi = cfg.guided_hold_steps if seed is not None else cfg.blind_hold_steps
         hold = min(int(rng.integers(lo, hi + 1)), MAX_SUCCESS_HOLD_STEPS)

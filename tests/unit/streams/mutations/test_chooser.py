@@ -254,6 +254,54 @@ def test_an_operator_whose_factors_are_full_is_not_drawn_and_exploration_goes_wh
     assert not tested.new("horizon_extension", family) and tested.new("pose", family)
 
 
+def test_an_operator_of_several_factors_changes_the_one_the_benchmark_tests_least():
+    """An operator drawn for a factor nobody tests changes that factor, not a sibling the benchmark
+    has already (exploration drawn for "place" made a hold half the time), and a failure's material
+    draw after a mass scenario makes a friction one."""
+    from streams.mutations.chooser import Coverage
+
+    knock = [cluster("c-knock", {"knocked_object": 1.0}, size=6)]
+    cfg = ChooserConfig(exploration=0.0, candidates_per_cluster=6)
+    tested = Coverage({"distractors": 2, "friction": 1, "hold": 2, "base": 1})
+    got = guided_candidates(knock, seed=3, config=cfg, coverage=tested).candidates
+    assert len(got) == 6
+    assert not {c.factor for c in got} & set(tested.factors), [c.factor for c in got]
+    assert len({c.factor for c in got}) == 6, "each draw counts as tested for the next"
+
+    slip = [cluster("c-slip", {"slip": 1.0})]
+    one = ChooserConfig(exploration=0.0, candidates_per_cluster=1, perceiving=False)  # no colour
+    factors = {guided_candidates(slip, seed=s, config=one, coverage=Coverage({"mass": 1})).candidates[0].factor
+               for s in range(40)}
+    assert factors == {"friction"}
+    untested = {guided_candidates(slip, seed=s, config=one).candidates[0].factor for s in range(40)}
+    assert {"friction", "mass"} <= untested, "with nothing tested, the variant is drawn by its weight"
+
+
+def test_without_a_perceiving_model_colour_leaves_material_tested_once_friction_and_mass_are():
+    """Colour is never tested when no model sees it; counted as material's, it kept material
+    "new" for exploration forever."""
+    from streams.mutations.chooser import Coverage
+
+    tested = Coverage({"friction": 1, "mass": 1})
+    blind_to_colour = family_for(BASE, ChooserConfig(perceiving=False))
+    assert not tested.new("material", blind_to_colour) and tested.least("material", blind_to_colour) == ("friction",
+                                                                                                          "mass")
+    assert tested.new("material", family_for(BASE, ChooserConfig()))
+    assert blind_to_colour.perception_operators == ("paraphrase",)
+
+
+def test_an_operator_asked_for_a_factor_it_cannot_change_says_so():
+    from streams.mutations.exceptions import OperatorError
+    from streams.mutations.operators import horizon_extension, rng_for
+
+    placed = BASE.mutate(place_target_xy=(0.1, 0.1))
+    with pytest.raises(OperatorError, match=r"horizon_extension changes hold; none of them may be drawn here "
+                                            r"\(asked for place\)"):
+        horizon_extension(placed, None, rng_for(0, "t"), ChooserConfig().operators, factors=("place",))
+    place = horizon_extension(BASE, None, rng_for(0, "t"), ChooserConfig().operators, factors=("place",))
+    assert place.factor == "place"
+
+
 def test_a_failure_the_benchmark_tests_n_times_keeps_its_operator_one_time_in_n_plus_one():
     """The knocked-object cluster's only operator is the distractor: with no distractor scenario it is
     always drawn, with one about half the time, with the rest going to untested factors."""
