@@ -21,8 +21,9 @@ this cycle drew before it) is kept with probability 1/(1+n), else the draw is an
 which goes to a factor nothing tests yet while there is one; so one dominant failure mode (knocked
 objects on Lift) seeds its factor once or twice, not the whole benchmark. Either way an operator of
 several factors changes the one the benchmark tests least (Coverage.least): exploration drawn for
-"place" makes a place variant, not a hold, and a material draw after a mass scenario a friction one. The parent is the
-cluster's representative scenario, else its most frequent scenario in ``parents``.
+"place" makes a place variant, not a hold, and a material draw after a mass scenario a friction
+one. The parent is the cluster's representative scenario, else its most frequent scenario in
+``parents``.
 
 Blind: the same operators with their blind parameter ranges, no cluster, an operator drawn
 uniformly, parents drawn uniformly from the given scenarios.

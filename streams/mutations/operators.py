@@ -296,7 +296,8 @@ def _unit(v: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
 def _variant(operator: str, rng: np.random.Generator, names: tuple[str, ...], factors: Collection[str] | None,
              weights: Any = None) -> str:
     """One of the operator's variants ``names``, among ``factors`` (all, when None), drawn by
-    ``weights`` (uniformly, when None; no draw when one is left). OperatorError when none may be."""
+    ``weights``, or uniformly when None (without a draw when one is left). OperatorError when none
+    may be drawn."""
     allowed = np.array([factors is None or n in factors for n in names], dtype=float)
     w = allowed * (1.0 if weights is None else np.asarray(weights, dtype=float))
     if not w.sum():
