@@ -164,10 +164,8 @@ class MutatorRunner:
         written by something other than our clusterer) is read as it stands."""
         active = benchmark.scenarios if benchmark else ()
         tested = Counter(a.factor for a in active)
-        # a draw on a factor its parent does not test is made on the base (chooser._home); a
-        # cluster's parent may be a candidate still in review, whose validation episodes failed too
-        tests = {c.scenario_id: c.factor for c in q.candidates(self.store)} | {a.scenario_id: a.factor for a in active}
-        where = {"bases": self._bases(), "tests": tests}
+        # a draw on a factor its parent does not test is made on the base (chooser._home)
+        where = {"bases": self._bases(), "tests": {a.scenario_id: a.factor for a in active}}
         labels = q.cluster_assignments(self.store, before_position=cycle.clusters_position)
         if not labels:
             seeds = q.cluster_events(self.store, before_position=cycle.clusters_position)
