@@ -339,7 +339,7 @@ def _home(bases: Sequence[ScenarioSpec | LiberoScenario], tests: Mapping[str, st
     once and must be harder than a parent that is already hard for the same models: a pose
     variant of a distractor scenario is turned away as "cannot be shown harder", so the precision
     axis never enters the benchmark. Made on the base it tests its own factor, against the base:
-    one scenario, one new factor."""
+    one scenario, one factor, and compositions made on purpose (``compose``)."""
     by_id = {b.scenario_id: b for b in bases}
 
     def home(parent: ScenarioSpec | LiberoScenario, factor: str) -> ScenarioSpec | LiberoScenario | None:
