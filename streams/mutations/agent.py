@@ -162,18 +162,15 @@ class MutatorRunner:
         re-clustered in episode-id order (settled_clusters.py); each names the live cluster that
         holds most of its cluster's episodes. A log with cluster summaries and no intakes (clusters
         written by something other than our clusterer) is read as it stands."""
-        active = benchmark.scenarios if benchmark else ()
-        tested = Counter(a.factor for a in active)
-        # a draw on a factor its parent does not test is made on the base (chooser._home)
-        where = {"bases": self._bases(), "tests": {a.scenario_id: a.factor for a in active}}
+        tested = Counter(a.factor for a in (benchmark.scenarios if benchmark else ()))
         labels = q.cluster_assignments(self.store, before_position=cycle.clusters_position)
         if not labels:
             seeds = q.cluster_events(self.store, before_position=cycle.clusters_position)
             return guided_candidates(seeds, cycle.seed, cfg, parents, exclude, focus=cycle.focus_models,
-                                     coverage=Coverage(dict(tested)), **where)
+                                     coverage=Coverage(dict(tested)))
         settled = self.config.clustering.clusters(q.analysed_episodes(self.store, sorted(labels)))
         generated = guided_candidates(settled.events, cycle.seed, cfg, parents, exclude, focus=cycle.focus_models,
-                                      coverage=Coverage(dict(tested)), **where)
+                                      coverage=Coverage(dict(tested)))
         generated.candidates = [settled.to_live(c, labels) for c in generated.candidates]
         return generated
 

@@ -46,7 +46,6 @@ wanted candidate.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -68,8 +67,6 @@ from streams.mutations.operators import (
     OperatorFamily,
     rng_for,
 )
-
-log = logging.getLogger(__name__)
 
 # Failure type -> the operators that make that failure more likely (issue 10 section 1).
 FAILURE_OPERATORS: dict[str, tuple[str, ...]] = {
@@ -264,16 +261,12 @@ class _Collector:
 def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed: int,
                       config: ChooserConfig | None = None, parents: Mapping[str, ScenarioSpec] | None = None,
                       exclude: Iterable[str] = (), focus: Sequence[str] = (),
-                      coverage: Coverage = Coverage(), bases: Sequence[ScenarioSpec | LiberoScenario] = (),
-                      tests: Mapping[str, str] | None = None) -> Generated:
+                      coverage: Coverage = Coverage()) -> Generated:
     """Failure-guided candidates from ClusterUpdated dicts (or FailureSeeds). ``exclude``:
     scenario ids not to propose again (the active benchmark, earlier candidates); ``focus``: model
-    ids whose clusters go first; ``coverage``: what the benchmark tests already (Coverage);
-    ``bases`` and ``tests`` (scenario id -> the factor it tests): a draw on a factor its parent
-    does not test is made on the parent's base instead (``_home``)."""
+    ids whose clusters go first; ``coverage``: what the benchmark tests already (Coverage)."""
     cfg = config or ChooserConfig()
     parents = parents or {}
-    home = _home(bases, tests or {})
     col = _Collector(exclude)
     seeds: list[FailureSeed] = []
     for c in clusters:
@@ -305,7 +298,7 @@ def guided_candidates(clusters: Sequence[Mapping[str, Any] | FailureSeed], seed:
             _draw(col, f"cluster {s.cluster_id} #{i}", cfg,
                   lambda a, s=s, i=i: rng_for(seed, "guided", s.cluster_id, i, a),
                   lambda rng, s=s, family=family, coverage=coverage: _choose(s, rng, cfg, family, coverage),
-                  parent, s, family, home)
+                  parent, s, family)
             if len(col.out) > drawn:  # the cycle's own candidates count as tested for its later draws
                 coverage = coverage.plus(col.out[-1].factor)
     return Generated(col.out, col.skipped)
@@ -333,54 +326,23 @@ def blind_candidates(parents: Sequence[ScenarioSpec], n: int, seed: int, config:
     return Generated(col.out, col.skipped)
 
 
-def _home(bases: Sequence[ScenarioSpec | LiberoScenario], tests: Mapping[str, str]):
-    """(parent, factor) -> the base to draw a variant of ``factor`` on instead of ``parent``, or
-    None to keep the parent. A variant on a factor its parent does not test tests two factors at
-    once and must be harder than a parent that is already hard for the same models: a pose
-    variant of a distractor scenario is turned away as "cannot be shown harder", so the precision
-    axis never enters the benchmark. Made on the base it tests its own factor, against the base:
-    one scenario, one factor, and compositions made on purpose (``compose``)."""
-    by_id = {b.scenario_id: b for b in bases}
-
-    def home(parent: ScenarioSpec | LiberoScenario, factor: str) -> ScenarioSpec | LiberoScenario | None:
-        if parent.scenario_id in by_id or tests.get(parent.scenario_id, factor) == factor:
-            return None  # a base, a parent testing this factor, or one whose factor is not known
-        same = [b for b in bases if type(b) is type(parent) and b.env_name == parent.env_name
-                and getattr(b, "suite", None) == getattr(parent, "suite", None)]
-        return min(same, key=lambda b: b.scenario_id) if same else None
-    return home
-
-
 def _draw(col: _Collector, key: str, cfg: ChooserConfig, rng_at: Callable[[int], Any],
           choose: Callable[[Any], tuple[str, str, tuple[str, ...] | None]], parent: ScenarioSpec | LiberoScenario,
-          seed: FailureSeed | None, family: OperatorFamily,
-          home: Callable[[Any, str], ScenarioSpec | LiberoScenario | None] | None = None) -> None:
+          seed: FailureSeed | None, family: OperatorFamily) -> None:
     reasons = []
     for attempt in range(cfg.max_attempts):
         rng = rng_at(attempt)
         op, why, factors = choose(rng)
-        state = rng.bit_generator.state
-        reach = set(family.operator_factors.get(op, ()))
         # only an operator of several factors takes ``factors``, and only when it narrows them
-        narrows = factors is not None and reach - set(factors)
+        narrows = factors is not None and set(family.operator_factors.get(op, ())) - set(factors)
         try:
             cand = family.operators[op](parent, seed, rng, family.config,
                                         **({"factors": factors} if narrows else {}))
         except OperatorError as exc:
             reasons.append(str(exc))
             continue
-        base = home(parent, cand.factor) if home is not None else None
-        moved = {}
-        if base is not None:  # the same draw, on the base (the parent's variant if it has none)
-            rng.bit_generator.state = state
-            try:
-                cand = family.operators[op](base, seed, rng, family.config,
-                                            **({"factors": (cand.factor,)} if reach - {cand.factor} else {}))
-                moved = {"instead_of_parent": parent.scenario_id}
-            except OperatorError as exc:
-                log.debug("%s: %s stays on %s: %s", key, op, parent.scenario_id, exc)
         cand = Candidate(spec=cand.spec, parent=cand.parent, operator=cand.operator, factor=cand.factor,
-                         params={**cand.params, "chosen_by": why, "attempt": str(attempt), **moved},
+                         params={**cand.params, "chosen_by": why, "attempt": str(attempt)},
                          generator=cand.generator, source_cluster_id=cand.source_cluster_id)
         if col.add(cand):
             return

@@ -326,24 +326,3 @@ def test_a_cycles_own_candidates_count_as_tested_for_its_later_draws():
     got = guided_candidates(knock, seed=3, config=ChooserConfig(exploration=0.0, candidates_per_cluster=6)).candidates
     ops = [c.operator for c in got]
     assert ops[0] == "distractor" and ops.count("distractor") <= 2 and len(set(ops)) >= 3
-
-
-def test_a_draw_on_a_factor_its_parent_does_not_test_is_made_on_the_base():
-    """A pose variant of a distractor scenario would test two factors and have to beat a parent
-    already hard for the same models: it is drawn on the base instead, and says which parent it
-    left; a distractor variant of the distractor scenario stays on it."""
-    hard = BASE.mutate(distractors=(Distractor(kind="box", size=0.02, x=0.05, y=0.05),))
-    on_hard = {"scenario_counts": {hard.scenario_id: 5}, "representative_scenario": hard.to_dict()}
-    miss, knock = cluster("c-miss", {"grasp_miss": 1.0}, **on_hard), cluster("c-knock", {"knocked_object": 1.0},
-                                                                             **on_hard)
-    where = {"bases": [BASE], "tests": {hard.scenario_id: "distractors"}}
-    cfg = ChooserConfig(exploration=0.0, candidates_per_cluster=1)
-    moved = guided_candidates([miss], seed=3, config=cfg, **where).candidates
-    assert moved and moved[0].factor in {"pose", "placement"}
-    assert moved[0].parent == BASE and moved[0].params["instead_of_parent"] == hard.scenario_id
-    assert not moved[0].spec.distractors
-    stays = guided_candidates([knock], seed=3, config=cfg, **where).candidates
-    assert stays and stays[0].parent == hard and "instead_of_parent" not in stays[0].params
-    # without the bases (or the factors the scenarios test) nothing moves, as before
-    same = guided_candidates([miss], seed=3, config=cfg).candidates
-    assert same[0].parent == hard and same[0].factor == moved[0].factor
